@@ -1,0 +1,14 @@
+// The `strata` CLI's subcommands. Each takes the arguments after its own name
+// (argv[0] is the subcommand) and returns the process exit status:
+// 0 success, 1 a runtime failure, 2 bad usage (one line on stderr naming the
+// flag and what is accepted).
+#ifndef STRATA_DAEMON_CLI_COMMANDS_H_
+#define STRATA_DAEMON_CLI_COMMANDS_H_
+
+namespace strata {
+
+int RunPlanCommand(int argc, char** argv);
+
+}  // namespace strata
+
+#endif  // STRATA_DAEMON_CLI_COMMANDS_H_
