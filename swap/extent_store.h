@@ -1,0 +1,163 @@
+// ExtentStore: shards kept on NVMe in preallocated files, one checksummed
+// extent per shard, findable again after a restart.
+//
+// Layout. Each configured directory holds one data file, `strata-extents.data`,
+// preallocated with fallocate to its capacity, and the first directory holds
+// the manifest journal `strata-extents.manifest`. A shard is one contiguous
+// extent in one data file; its length is rounded up to the allocation unit.
+// An extent allocator (best fit over a coalescing free list per file) hands
+// out extents; Write always goes to a fresh extent (copy on write) and the old
+// extent is freed only after the new one is durable, so committed data is
+// never overwritten in place.
+//
+// Integrity. Every extent carries a 64-bit checksum (XXH3 seeded with the
+// generation, or CRC32C with SSE4.2) and a generation number that increases
+// with every write. Read() verifies the checksum while the data arrives; a
+// mismatch is DataLoss naming the shard, file and offset -- never wrong data.
+//
+// Durability. Write() makes data readable at once (by this process); Commit()
+// makes everything written or deleted so far survive a crash: it waits for
+// the data, fdatasyncs the data files (per SyncPolicy), appends the changes
+// and a commit record to the manifest journal and fdatasyncs it. On Open, the
+// journal is replayed up to the last complete commit record (a torn tail is
+// ignored and truncated). After a crash at any point each shard therefore
+// reads back as its last committed version or is missing (NotFound), never
+// torn. The journal is compacted by writing a snapshot to a temporary file,
+// fsyncing it and renaming it over the journal.
+//
+// Thread-safe: all methods may be called from any thread; operations are
+// serialized on one internal mutex and I/O goes through the borrowed engine.
+#ifndef STRATA_SWAP_EXTENT_STORE_H_
+#define STRATA_SWAP_EXTENT_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/shard_key.h"
+#include "swap/io_engine.h"
+
+namespace strata {
+
+// When Commit() forces data and manifest to stable storage.
+enum class SyncPolicy : uint8_t {
+  // fdatasync data files and the manifest on every Commit(). A commit that
+  // returned OK survives power loss.
+  kEveryCommit = 0,
+  // fdatasync on every `sync_every_commits`-th Commit() (and on Close/Sync()).
+  // A process crash loses nothing committed; a power loss may fall back to
+  // the last synced commit. Extents freed by an unsynced commit are not
+  // reused before the next sync, so that fallback never reads overwritten data.
+  kBatched = 1,
+  // Never fdatasync (Sync() still does). Safe against process crashes (the
+  // page cache survives); after power loss, shards may be missing or, if their
+  // extents were reused, reported as DataLoss -- never returned wrong.
+  kNever = 2,
+};
+absl::string_view SyncPolicyName(SyncPolicy policy);  // "every_commit", "batched", "never"
+absl::StatusOr<SyncPolicy> ParseSyncPolicy(absl::string_view text);
+
+enum class ChecksumKind : uint8_t {
+  kXxh3 = 0,    // XXH3-64 from libxxhash, seeded with the generation
+  kCrc32c = 1,  // CRC32C with the SSE4.2 instruction (software fallback)
+};
+absl::string_view ChecksumKindName(ChecksumKind kind);  // "xxh3", "crc32c"
+absl::StatusOr<ChecksumKind> ParseChecksumKind(absl::string_view text);
+
+struct ExtentStoreOptions {
+  // Directories on NVMe, one data file each. At least one; must exist.
+  std::vector<std::string> paths;
+  // Size of each data file. Checked against the file system's free space at
+  // Open: too little is ResourceExhausted with both numbers. An existing file
+  // smaller than this is grown; a larger one keeps its size.
+  uint64_t capacity_bytes_per_path = 0;
+  // Extents are multiples of this (a power of two, >= the direct-I/O
+  // alignment, default 64 KiB), which bounds fragmentation.
+  uint64_t allocation_unit_bytes = 64 << 10;
+  // Open data files with O_DIRECT. A file system that refuses it is
+  // InvalidArgument at Open unless allow_buffered_fallback, in which case the
+  // files are opened buffered and warnings() says so.
+  bool direct_io = true;
+  bool allow_buffered_fallback = false;
+  SyncPolicy sync_policy = SyncPolicy::kEveryCommit;
+  uint32_t sync_every_commits = 16;  // kBatched only
+  ChecksumKind checksum = ChecksumKind::kXxh3;
+  // Reads and writes are issued as requests of this size, all in flight
+  // together (the engine bounds them by its queue depth), and checksummed
+  // piece by piece as they complete. 0: the engine's block size.
+  uint64_t io_chunk_bytes = 0;
+};
+
+struct ExtentStoreStats {
+  uint64_t capacity_bytes = 0;  // sum over data files
+  uint64_t used_bytes = 0;      // allocated extents, including not yet freed old versions
+  uint64_t free_bytes = 0;
+  uint64_t largest_free_extent_bytes = 0;  // fragmentation: free vs largest
+  uint64_t shard_count = 0;
+  uint64_t committed_generation = 0;
+};
+
+class ExtentStore {
+ public:
+  // Opens (creating if absent) the store in `options.paths`, preallocating
+  // the data files and replaying the manifest. `engine` is borrowed, must
+  // outlive the store and must not be used by anyone else while the store is
+  // open (it is driven from the store's calls).
+  // Errors: InvalidArgument for bad options or a file system that refuses
+  // O_DIRECT; ResourceExhausted when a path lacks the space ("need 64.0 GiB
+  // at /nvme0, 12.3 GiB free"); DataLoss when the manifest is corrupt before
+  // its last commit record; errno-derived codes for open/fallocate failures.
+  static absl::StatusOr<std::unique_ptr<ExtentStore>> Open(
+      const ExtentStoreOptions& options, IoEngine* engine);
+
+  // The destructor does not commit: writes since the last Commit() are
+  // dropped as by a crash (the next Open does not see them).
+  virtual ~ExtentStore() = default;
+
+  // Buffers passed to Write and Read must start at a multiple of this.
+  virtual uint32_t alignment() const = 0;
+
+  // Stores `data` as the new version of `key` (readable at once, durable at
+  // the next Commit). Only the address must be aligned; any length is fine
+  // (the tail block goes through an internal bounce buffer). An empty shard
+  // is allowed. Errors: InvalidArgument (misaligned), ResourceExhausted (no
+  // free extent large enough: the message gives free and largest-free bytes),
+  // and engine errors with the shard named. On error the previous version of
+  // `key` stays as it was.
+  virtual absl::Status Write(const ShardKey& key, absl::Span<const std::byte> data) = 0;
+
+  // Reads the latest version of `key` into the front of `into` and returns
+  // its size. REQUIRES: into.data() aligned; into.size() >= SizeOf(key)
+  // (else InvalidArgument saying how much is needed). NotFound if absent;
+  // DataLoss on checksum mismatch. Bytes of `into` beyond the shard's size
+  // are left unchanged.
+  virtual absl::StatusOr<uint64_t> Read(const ShardKey& key, absl::Span<std::byte> into) = 0;
+
+  // Size of the latest version of `key` in bytes; NotFound if absent.
+  virtual absl::StatusOr<uint64_t> SizeOf(const ShardKey& key) const = 0;
+  virtual bool Contains(const ShardKey& key) const = 0;
+
+  // Removes `key` (durable at the next Commit). NotFound if absent.
+  virtual absl::Status Delete(const ShardKey& key) = 0;
+
+  // Makes all writes and deletes so far durable as described above.
+  virtual absl::Status Commit() = 0;
+  // Commit() plus fdatasync regardless of SyncPolicy.
+  virtual absl::Status Sync() = 0;
+
+  // Every shard currently stored (including uncommitted writes), sorted.
+  virtual std::vector<ShardKey> Keys() const = 0;
+  virtual ExtentStoreStats Stats() const = 0;
+  // Things Open noticed that the daemon should log once (buffered fallback,
+  // a data file larger than configured, a truncated journal tail).
+  virtual std::vector<std::string> warnings() const = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_SWAP_EXTENT_STORE_H_
