@@ -1,0 +1,181 @@
+#include "daemon/daemon_config.h"
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/byte_size.h"
+#include "core/status_macros.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace strata {
+namespace {
+
+// Collects text-format parse errors so the Status can say where the file is wrong.
+class ErrorCollector final : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.empty()) first_ = absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+absl::StatusOr<uint64_t> SizeField(const std::string& value, const std::string& default_value,
+                                   absl::string_view field) {
+  auto parsed = ParseByteSize(value.empty() ? default_value : value);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", parsed.status().message()));
+  }
+  return *parsed;
+}
+
+}  // namespace
+
+absl::StatusOr<strata::v1::DaemonConfig> LoadDaemonConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("config file '", path, "' cannot be opened; check the path"));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  strata::v1::DaemonConfig config;
+  absl::string_view stripped = absl::StripLeadingAsciiWhitespace(text);
+  if (!stripped.empty() && stripped.front() == '{') {
+    auto status = google::protobuf::util::JsonStringToMessage(text, &config);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config file '", path, "' (JSON): ", status.message().as_string()));
+    }
+    return config;
+  }
+  google::protobuf::TextFormat::Parser parser;
+  ErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file '", path, "' (text format): ", errors.first()));
+  }
+  return config;
+}
+
+absl::StatusOr<DaemonSettings> ResolveDaemonSettings(const strata::v1::DaemonConfig& c,
+                                                     const std::string& runtime_dir) {
+  DaemonSettings s;
+  s.socket_path = c.socket_path();
+  if (s.socket_path.empty()) {
+    s.socket_path = runtime_dir.empty() ? "/run/strata/stratad.sock"
+                                        : absl::StrCat(runtime_dir, "/strata/stratad.sock");
+  }
+  if (s.socket_path.size() >= 108) {  // sizeof(sockaddr_un::sun_path)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "socket_path '", s.socket_path, "' is ", s.socket_path.size(),
+        " bytes; Unix socket paths must be shorter than 108 bytes"));
+  }
+  s.tcp_address = c.tcp_address();
+  s.allowed_group = c.allowed_group();
+
+  const std::string device = absl::AsciiStrToLower(c.device());
+  if (device.empty() || device == "auto") s.device = DeviceChoice::kAuto;
+  else if (device == "cuda") s.device = DeviceChoice::kCuda;
+  else if (device == "emulated") s.device = DeviceChoice::kEmulated;
+  else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: '", c.device(), "' is not valid; expected auto, cuda or emulated"));
+  }
+  STRATA_ASSIGN_OR_RETURN(s.device_capacity_bytes,
+                          SizeField(c.device_capacity(), "1GiB", "device_capacity"));
+  STRATA_ASSIGN_OR_RETURN(s.pinned_capacity_bytes,
+                          SizeField(c.pinned_capacity(), "1GiB", "pinned_capacity"));
+  for (const std::string& p : c.nvme_paths()) {
+    if (p.empty() || p.front() != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("nvme_paths: '", p, "' is not an absolute directory path"));
+    }
+    s.nvme_paths.push_back(p);
+  }
+  STRATA_ASSIGN_OR_RETURN(s.nvme_capacity_bytes, SizeField(c.nvme_capacity(), "4GiB", "nvme_capacity"));
+
+  const std::string engine = absl::AsciiStrToLower(c.io_engine());
+  if (engine.empty() || engine == "auto") s.io_engine = IoEngineChoice::kAuto;
+  else if (engine == "io_uring" || engine == "uring") s.io_engine = IoEngineChoice::kUring;
+  else if (engine == "libaio" || engine == "aio") s.io_engine = IoEngineChoice::kAio;
+  else if (engine == "psync") s.io_engine = IoEngineChoice::kPsync;
+  else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "io_engine: '", c.io_engine(), "' is not valid; expected auto, io_uring, libaio or psync"));
+  }
+  STRATA_ASSIGN_OR_RETURN(s.io_block_size, SizeField(c.io_block_size(), "1MiB", "io_block_size"));
+  if (s.io_block_size < 4096 || (s.io_block_size & (s.io_block_size - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "io_block_size: ", s.io_block_size, " is not valid; expected a power of two >= 4096"));
+  }
+  s.io_queue_depth = c.io_queue_depth() == 0 ? 8 : c.io_queue_depth();
+  if (s.io_queue_depth > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("io_queue_depth: ", s.io_queue_depth, " is not valid; expected 1..4096"));
+  }
+  s.io_sqpoll = c.io_sqpoll();
+  const std::string fsync = absl::AsciiStrToLower(c.fsync_policy());
+  if (fsync.empty() || fsync == "batched") s.fsync_policy = FsyncPolicy::kBatched;
+  else if (fsync == "every_commit") s.fsync_policy = FsyncPolicy::kEveryCommit;
+  else if (fsync == "never") s.fsync_policy = FsyncPolicy::kNever;
+  else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fsync_policy: '", c.fsync_policy(), "' is not valid; expected every_commit, batched or never"));
+  }
+  s.optimizer_threads = c.optimizer_threads() == 0
+                            ? std::max(1u, std::thread::hardware_concurrency())
+                            : c.optimizer_threads();
+  s.pin_optimizer_threads = c.pin_optimizer_threads();
+  s.reattach_timeout = absl::Seconds(c.reattach_timeout_s() == 0 ? 300 : c.reattach_timeout_s());
+  s.lease_timeout = absl::Seconds(c.lease_timeout_s() == 0 ? 60 : c.lease_timeout_s());
+  if (c.metrics_port() > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_port: ", c.metrics_port(), " is not a TCP port (1..65535, 0 = off)"));
+  }
+  s.metrics_port = c.metrics_port();
+  return s;
+}
+
+std::string DescribeDaemonSettings(const DaemonSettings& s) {
+  auto device = [](DeviceChoice d) {
+    return d == DeviceChoice::kAuto ? "auto" : d == DeviceChoice::kCuda ? "cuda" : "emulated";
+  };
+  auto engine = [](IoEngineChoice e) {
+    switch (e) {
+      case IoEngineChoice::kAuto: return "auto";
+      case IoEngineChoice::kUring: return "io_uring";
+      case IoEngineChoice::kAio: return "libaio";
+      case IoEngineChoice::kPsync: return "psync";
+    }
+    return "?";
+  };
+  auto fsync = [](FsyncPolicy f) {
+    return f == FsyncPolicy::kEveryCommit ? "every_commit" : f == FsyncPolicy::kBatched ? "batched" : "never";
+  };
+  return absl::StrCat(
+      "socket_path: ", s.socket_path, "\n",
+      "tcp_address: ", s.tcp_address.empty() ? "(off)" : s.tcp_address, "\n",
+      "device: ", device(s.device), " (capacity ", FormatBytes(s.device_capacity_bytes), ")\n",
+      "pinned_capacity: ", FormatBytes(s.pinned_capacity_bytes), "\n",
+      "nvme_paths: ", s.nvme_paths.empty() ? "(none: NVMe tier off)" : absl::StrJoin(s.nvme_paths, ","),
+      " (capacity ", FormatBytes(s.nvme_capacity_bytes), " per path)\n",
+      "io_engine: ", engine(s.io_engine), " (block ", FormatBytes(s.io_block_size), ", depth ",
+      s.io_queue_depth, s.io_sqpoll ? ", sqpoll" : "", ")\n",
+      "fsync_policy: ", fsync(s.fsync_policy), "\n",
+      "optimizer_threads: ", s.optimizer_threads, s.pin_optimizer_threads ? " (pinned)" : "", "\n",
+      "reattach_timeout: ", absl::FormatDuration(s.reattach_timeout), "\n",
+      "lease_timeout: ", absl::FormatDuration(s.lease_timeout), "\n",
+      "metrics_port: ", s.metrics_port == 0 ? std::string("(off)") : absl::StrCat(s.metrics_port), "\n");
+}
+
+}  // namespace strata

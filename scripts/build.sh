@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds strata into build/ (executables in build/bin/).
+# STRATA_WERROR=ON turns warnings into errors (CI sets it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSTRATA_WERROR="${STRATA_WERROR:-OFF}"
+cmake --build build -j "${STRATA_JOBS:-2}"

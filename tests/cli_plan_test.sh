@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `strata plan` as a user runs it: the issue's example in text and JSON, a
+# DeepSpeed config, and bad input (exit 2, one line on stderr naming the flag).
+set -u
+strata=$1
+data=$2
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+example=(--params 1e9 --gpus-per-node 1 --gpu-mem 16GB --cpu-mem 64GB --nvme 1TB)
+out=$("$strata" plan "${example[@]}") || fail "example exited $?"
+grep -q '^recommended: zero2_offload$' <<<"$out" || fail "text does not recommend zero2_offload: $out"
+grep -Eq '^ddp +.* no \(gpu\)' <<<"$out" || fail "ddp should not fit on the GPU"
+grep -Eq '^zero_infinity +.* yes' <<<"$out" || fail "zero_infinity should fit"
+
+json=$("$strata" plan "${example[@]}" --json) || fail "json exited $?"
+/usr/bin/python3 - "$json" <<'PY' || fail "json check"
+import json, sys
+plan = json.loads(sys.argv[1])
+names = [s["name"] for s in plan["strategies"]]
+assert names == ["ddp", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload_optimizer",
+                 "zero3_offload_all", "zero_infinity"], names
+fits = {s["name"]: s["fits"] for s in plan["strategies"]}
+for n in ["ddp", "zero1", "zero2", "zero3"]:
+    assert not fits[n], n
+assert fits["zero2_offload"] and fits["zero_infinity"]
+assert plan["recommended"] == "zero2_offload"
+for s in plan["strategies"]:
+    assert isinstance(s["gpu_bytes"], int) and isinstance(s["cpu_bytes"], int)
+    assert (s["overflow"] is None) == s["fits"]
+PY
+
+out=$("$strata" plan "${example[@]}" --deepspeed-config "$data/ds_zero2_offload.json") || fail "config exited $?"
+grep -q 'your DeepSpeed config (\*) selects zero2_offload: it fits' <<<"$out" || fail "config row: $out"
+
+check_usage_error() {
+  local expect=$1; shift
+  local err rc
+  err=$("$strata" plan "$@" 2>&1 >/dev/null); rc=$?
+  [ "$rc" -eq 2 ] || fail "plan $* exited $rc, expected 2"
+  [ "$(wc -l <<<"$err")" -eq 1 ] || fail "plan $* printed more than one line: $err"
+  grep -q -- "$expect" <<<"$err" || fail "plan $*: '$err' does not mention '$expect'"
+}
+check_usage_error "--params" --params -5
+check_usage_error "--gpu-mem" --params 1e9 --gpu-mem 12XB
+check_usage_error "--tp 3" --params 1e9 --gpus-per-node 8 --tp 3
+check_usage_error "--deepspeed-config" --params 1e9 --deepspeed-config /nonexistent/ds.json
+check_usage_error "zero_optimization.stage" --params 1e9 --deepspeed-config "$data/ds_bad_stage.json"
+check_usage_error "--heads" --layers 24 --hidden 1000 --heads 3
+
+out=$("$strata" plan --layers 24 --hidden 2048 --heads 16 --seq 2048 --micro-batch 4 --gpu-mem 80GB) \
+  || fail "shape exited $?"
+grep -q 'activations per GPU' <<<"$out" || fail "shape output lacks activations: $out"
+
+if [ "$failures" -eq 0 ]; then echo "cli_plan_test: all checks passed"; fi
+exit "$failures"
