@@ -1,0 +1,175 @@
+// The strata client: what a trainer links to use stratad.
+//
+//   auto client = StrataClient::Connect({.socket_path = "/run/strata/stratad.sock"});
+//   client->CreateJob({.name = "gpt", .world_size = 2, .mode = JobMode::kOffload,
+//                      .deepspeed_config_json = ds_json, .attach_if_exists = true});
+//   auto rank = client->Attach("gpt", my_rank);
+//   rank->RegisterTensors(tensors);        // maps this rank's shared memory
+//   // write initial params into each shard's param slot, then
+//   rank->InitParams();
+//   for (step = 0; ...; ++step) {
+//     // ZeRO-Offload: after backward and your own reduce-scatter, copy this
+//     // rank's gradient partition into shard.grad and signal it:
+//     for (auto& shard : rank->shards()) { fill(shard.grad); rank->GradReady(shard.index, step); }
+//     auto result = rank->WaitStep(step);  // updated params are now in shard.param
+//     // copy shard.param to your model, then all-gather across ranks.
+//   }
+//
+// ZeRO-Infinity (mode kInfinity, stage 3): params live on NVMe in the daemon.
+// Before a layer runs, Acquire() its shards (the prefetcher has usually
+// brought them up already); read shard.param; Release() after the layer.
+// Gradients and steps work as in offload mode. Call IterationBoundary() once
+// per training iteration so the prefetcher can learn the access order.
+//
+// Every call returns a Status and has a deadline (ClientOptions): none blocks
+// forever. A rank that dies loses its pins, not its state: Attach again with
+// the same job and rank within the daemon's reattach timeout.
+//
+// Thread-compatible: use one RankSession from one thread at a time.
+#ifndef STRATA_CLIENT_STRATA_CLIENT_H_
+#define STRATA_CLIENT_STRATA_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "core/dtype.h"
+#include "core/zero_partition.h"
+
+namespace strata {
+
+struct ClientOptions {
+  std::string socket_path;                        // stratad's --socket
+  absl::Duration rpc_timeout = absl::Seconds(30);  // every call but WaitStep
+  absl::Duration step_timeout = absl::Minutes(5);  // WaitStep
+};
+
+enum class JobMode : uint8_t { kOffload = 1, kInfinity = 2 };
+
+struct OptimizerOverride {
+  std::string type;  // "" = take the DeepSpeed config's optimizer
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool amsgrad = false;
+};
+
+struct JobSpec {
+  std::string name;
+  uint32_t world_size = 1;
+  JobMode mode = JobMode::kOffload;
+  std::string deepspeed_config_json = "{}";  // stage, optimizer, fp16/bf16, clipping
+  OptimizerOverride optimizer;
+  DType param_dtype = DType::kFp16;  // what the daemon writes back
+  DType grad_dtype = DType::kFp16;   // what the trainer writes
+  uint64_t pinned_budget_bytes = 0;  // 0 = daemon default
+  uint64_t device_budget_bytes = 0;
+  bool attach_if_exists = false;
+};
+
+struct JobSummary {
+  uint64_t job_id = 0;
+  std::string name;
+  uint32_t world_size = 0;
+  uint32_t attached_ranks = 0;
+  uint64_t step = 0;
+  double loss_scale = 0;
+};
+
+struct TensorDesc {
+  std::string name;
+  uint64_t numel = 0;
+};
+
+// One shard this rank exchanges with the daemon. `ranges` say which tensor
+// elements sit where in the shard (element offsets); `grad` and `param` point
+// into the shared region (grad_dtype / param_dtype elements, padded_numel each).
+struct ShardView {
+  uint32_t index = 0;
+  uint64_t padded_numel = 0;
+  std::vector<OwnedRange> ranges;  // OwnedRange::tensor is the index in the registered list
+  std::byte* grad = nullptr;
+  std::byte* param = nullptr;
+};
+
+struct StepResult {
+  bool skipped = false;      // some rank's gradients overflowed; params unchanged
+  double loss_scale = 1.0;   // use this scale for the next step
+  double grad_norm = 0.0;    // global gradient norm before clipping
+  uint64_t optimizer_steps = 0;
+};
+
+class RankSession;
+
+class StrataClient {
+ public:
+  // Connects to the daemon's Unix socket and checks it answers.
+  static absl::StatusOr<std::unique_ptr<StrataClient>> Connect(const ClientOptions& options);
+  ~StrataClient();
+
+  // Returns the job id. AlreadyExists if the name is taken (unless
+  // attach_if_exists and the shape matches).
+  absl::StatusOr<uint64_t> CreateJob(const JobSpec& spec);
+  absl::StatusOr<std::vector<JobSummary>> ListJobs();
+  absl::Status DeleteJob(const std::string& job);
+  absl::StatusOr<std::unique_ptr<RankSession>> Attach(const std::string& job, uint32_t rank);
+  // Saves the job's full state to `directory` on the daemon's host, atomically.
+  absl::Status SaveCheckpoint(const std::string& job, const std::string& directory);
+  // Creates job `new_job_name` from a checkpoint; returns its id.
+  absl::StatusOr<uint64_t> LoadCheckpoint(const std::string& directory, const std::string& new_job_name);
+  // Human-readable stats (what `strata stats` prints).
+  absl::StatusOr<std::string> StatsText();
+  absl::Status Noop();
+
+  // Internal: the connection a RankSession shares.
+  struct Connection;
+
+ private:
+  explicit StrataClient(std::shared_ptr<Connection> connection);
+  std::shared_ptr<Connection> connection_;
+};
+
+class RankSession {
+ public:
+  ~RankSession();  // detaches and unmaps
+
+  uint64_t job_id() const;
+  uint32_t rank() const;
+  // True when this attach found state from an earlier session of this rank.
+  bool reattached() const;
+  // The job's step count when attached (steps already applied).
+  uint64_t step() const;
+
+  // Registers the model's tensors (every rank sends the same list) and maps
+  // this rank's shared region. After a re-attach, call it again with the same
+  // list to map the region.
+  absl::Status RegisterTensors(absl::Span<const TensorDesc> tensors);
+  absl::Span<ShardView> shards();
+  DType param_dtype() const;
+  DType grad_dtype() const;
+  uint32_t stage() const;
+
+  // The trainer wrote its initial params into every shard's param slot.
+  absl::Status InitParams();
+  absl::Status GradReady(uint32_t index, uint64_t step);
+  absl::StatusOr<StepResult> WaitStep(uint64_t step);
+
+  absl::Status Acquire(absl::Span<const uint32_t> indices);
+  absl::Status Release(absl::Span<const uint32_t> indices);
+  absl::Status IterationBoundary();
+  absl::Status Heartbeat();
+
+  struct State;
+  explicit RankSession(std::unique_ptr<State> state);
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_CLIENT_STRATA_CLIENT_H_
