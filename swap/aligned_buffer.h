@@ -39,13 +39,13 @@ class AlignedBuffer {
   absl::Span<std::byte> span() const { return absl::MakeSpan(data_, size_); }
 
  private:
-  AlignedBuffer(std::byte* data, size_t size, bool mmapped)
-      : data_(data), size_(size), mmapped_(mmapped) {}
+  AlignedBuffer(std::byte* data, size_t size, size_t mapped_bytes)
+      : data_(data), size_(size), mapped_bytes_(mapped_bytes) {}
   void Release();
 
   std::byte* data_ = nullptr;
   size_t size_ = 0;
-  bool mmapped_ = false;
+  size_t mapped_bytes_ = 0;  // non-zero: from mmap, this long
 };
 
 }  // namespace strata
