@@ -124,6 +124,8 @@ class StrataClient {
   // Human-readable stats (what `strata stats` prints).
   absl::StatusOr<std::string> StatsText();
   absl::Status Noop();
+  // Asks the daemon to stop accepting jobs, finish in-flight steps and exit.
+  absl::Status Drain();
 
   // Internal: the connection a RankSession shares.
   struct Connection;

@@ -8,6 +8,10 @@
 namespace strata {
 
 int RunPlanCommand(int argc, char** argv);
+int RunStatusCommand(int argc, char** argv);
+int RunJobsCommand(int argc, char** argv);
+int RunStatsCommand(int argc, char** argv);
+int RunDrainCommand(int argc, char** argv);
 
 }  // namespace strata
 

@@ -27,6 +27,10 @@ const std::vector<NamedCommand>& TopCommands() {
   static const std::vector<NamedCommand> commands = {
       {"plan", strata::RunPlanCommand,
        "which ZeRO strategy fits a model on given hardware (strata plan --help)"},
+      {"status", strata::RunStatusCommand, "is stratad running (--socket PATH)"},
+      {"jobs", strata::RunJobsCommand, "the daemon's jobs"},
+      {"stats", strata::RunStatsCommand, "per-tier and per-job metrics"},
+      {"drain", strata::RunDrainCommand, "stop accepting jobs, finish steps, then stop the daemon"},
   };
   return commands;
 }

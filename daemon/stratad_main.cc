@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "daemon/daemon_config.h"
+#include "daemon/daemon_server.h"
 #include "glog/logging.h"
 
 ABSL_FLAG(std::string, config, "", "config file (protobuf text format or JSON, schema strata.v1.DaemonConfig)");
@@ -104,12 +105,35 @@ int Main(int argc, char** argv) {
     return 2;
   }
   LOG(INFO) << "stratad starting with configuration:\n" << DescribeDaemonSettings(*settings);
-  LOG(INFO) << "stratad ready (pid " << getpid() << ")";
+  auto server = DaemonServer::Create(*settings, *config, [](const std::string& line) {
+    LOG(INFO) << "stratad: " << line;
+  });
+  if (!server.ok()) {
+    LOG(ERROR) << "stratad: cannot start: " << server.status().message();
+    return 1;
+  }
+  for (const std::string& choice : (*server)->startup_choices()) LOG(INFO) << "stratad: " << choice;
+  if (absl::Status s = (*server)->Start(); !s.ok()) {
+    LOG(ERROR) << "stratad: cannot serve: " << s.message();
+    return 1;
+  }
+  LOG(INFO) << "stratad ready (pid " << getpid() << ") on " << settings->socket_path;
 
+  // Wait for SIGTERM/SIGINT, or for a Drain request.
   int received = 0;
-  sigwait(&stop_signals, &received);
-  LOG(INFO) << "stratad: received " << (received == SIGTERM ? "SIGTERM" : "SIGINT")
-            << ", stopping";
+  const timespec poll_interval{0, 200 * 1000 * 1000};
+  while (true) {
+    siginfo_t info;
+    int sig = sigtimedwait(&stop_signals, &info, &poll_interval);
+    if (sig > 0) {
+      received = sig;
+      break;
+    }
+    if ((*server)->drain_requested()) break;
+  }
+  LOG(INFO) << "stratad: " << (received == SIGTERM ? "received SIGTERM" : received == SIGINT ? "received SIGINT" : "drain requested")
+            << ", stopping: no new jobs or attaches, finishing in-flight steps, flushing NVMe";
+  (*server)->Stop();
   LOG(INFO) << "stratad stopped cleanly";
   return 0;
 }

@@ -1,0 +1,397 @@
+#include "client/strata_client.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "core/unix_socket.h"
+#include "grpcpp/grpcpp.h"
+#include "strata/v1/strata.grpc.pb.h"
+
+namespace strata {
+
+struct StrataClient::Connection {
+  ClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<strata::v1::Strata::Stub> stub;
+
+  void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) const {
+    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  absl::Status Convert(const grpc::Status& s, absl::string_view call) const {
+    if (s.ok()) return absl::OkStatus();
+    std::string message = absl::StrCat(call, ": ", s.error_message());
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      absl::StrAppend(&message, " (stratad at ", options.socket_path,
+                      " unreachable: is it running, and may this uid attach?)");
+    }
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), message);
+  }
+};
+
+namespace {
+
+absl::StatusOr<DType> DTypeOrError(const std::string& text) { return ParseDType(text); }
+
+}  // namespace
+
+struct RankSession::State {
+  std::shared_ptr<StrataClient::Connection> connection;
+  uint64_t job_id = 0;
+  uint32_t rank = 0;
+  uint64_t session_id = 0;
+  std::string fd_token;
+  std::string fd_socket_path;
+  absl::Duration lease;
+  bool reattached = false;
+  uint64_t step = 0;
+  DType param_dtype = DType::kFp32;
+  DType grad_dtype = DType::kFp32;
+  uint32_t stage = 0;
+  std::byte* region = nullptr;
+  uint64_t region_bytes = 0;
+  std::vector<ShardView> shards;
+  std::atomic<bool> stop{false};
+  absl::Notification stopped;
+  std::thread heartbeat;
+};
+
+absl::StatusOr<std::unique_ptr<StrataClient>> StrataClient::Connect(const ClientOptions& options) {
+  if (options.socket_path.empty()) {
+    return absl::InvalidArgumentError("ClientOptions.socket_path is empty: name stratad's --socket");
+  }
+  auto connection = std::make_shared<Connection>();
+  connection->options = options;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(4 << 20);
+  args.SetMaxSendMessageSize(4 << 20);
+  connection->channel = grpc::CreateCustomChannel(absl::StrCat("unix:", options.socket_path),
+                                                  grpc::InsecureChannelCredentials(), args);
+  connection->stub = strata::v1::Strata::NewStub(connection->channel);
+  grpc::ClientContext context;
+  connection->SetDeadline(&context, std::min(options.rpc_timeout, absl::Seconds(10)));
+  context.set_wait_for_ready(false);
+  strata::v1::GetStatusRequest request;
+  strata::v1::GetStatusResponse response;
+  absl::Status s = connection->Convert(connection->stub->GetStatus(&context, request, &response), "connect");
+  if (!s.ok()) return s;
+  return std::unique_ptr<StrataClient>(new StrataClient(std::move(connection)));
+}
+
+StrataClient::StrataClient(std::shared_ptr<Connection> connection) : connection_(std::move(connection)) {}
+StrataClient::~StrataClient() = default;
+
+absl::StatusOr<uint64_t> StrataClient::CreateJob(const JobSpec& spec) {
+  strata::v1::CreateJobRequest request;
+  request.set_name(spec.name);
+  request.set_world_size(spec.world_size);
+  request.set_mode(spec.mode == JobMode::kInfinity ? strata::v1::MODE_INFINITY : strata::v1::MODE_OFFLOAD);
+  request.set_deepspeed_config_json(spec.deepspeed_config_json);
+  if (!spec.optimizer.type.empty()) {
+    auto* o = request.mutable_optimizer();
+    o->set_type(spec.optimizer.type);
+    o->set_lr(spec.optimizer.lr);
+    o->set_beta1(spec.optimizer.beta1);
+    o->set_beta2(spec.optimizer.beta2);
+    o->set_eps(spec.optimizer.eps);
+    o->set_weight_decay(spec.optimizer.weight_decay);
+    o->set_amsgrad(spec.optimizer.amsgrad);
+  }
+  request.set_param_dtype(std::string(DTypeName(spec.param_dtype)));
+  request.set_grad_dtype(std::string(DTypeName(spec.grad_dtype)));
+  request.set_pinned_budget_bytes(spec.pinned_budget_bytes);
+  request.set_device_budget_bytes(spec.device_budget_bytes);
+  request.set_attach_if_exists(spec.attach_if_exists);
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.rpc_timeout);
+  strata::v1::CreateJobResponse response;
+  absl::Status s = connection_->Convert(connection_->stub->CreateJob(&context, request, &response), "CreateJob");
+  if (!s.ok()) return s;
+  return response.job_id();
+}
+
+absl::StatusOr<std::vector<JobSummary>> StrataClient::ListJobs() {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.rpc_timeout);
+  strata::v1::ListJobsResponse response;
+  absl::Status s = connection_->Convert(
+      connection_->stub->ListJobs(&context, strata::v1::ListJobsRequest(), &response), "ListJobs");
+  if (!s.ok()) return s;
+  std::vector<JobSummary> out;
+  for (const auto& j : response.jobs()) {
+    out.push_back(JobSummary{j.job_id(), j.name(), j.world_size(), j.attached_ranks(), j.step(), j.loss_scale()});
+  }
+  return out;
+}
+
+absl::Status StrataClient::DeleteJob(const std::string& job) {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.rpc_timeout);
+  strata::v1::DeleteJobRequest request;
+  request.set_job(job);
+  strata::v1::DeleteJobResponse response;
+  return connection_->Convert(connection_->stub->DeleteJob(&context, request, &response), "DeleteJob");
+}
+
+absl::Status StrataClient::Noop() {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.rpc_timeout);
+  strata::v1::NoopResponse response;
+  return connection_->Convert(connection_->stub->Noop(&context, strata::v1::NoopRequest(), &response), "Noop");
+}
+
+absl::Status StrataClient::Drain() {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.rpc_timeout);
+  strata::v1::DrainResponse response;
+  return connection_->Convert(connection_->stub->Drain(&context, strata::v1::DrainRequest(), &response), "Drain");
+}
+
+absl::Status StrataClient::SaveCheckpoint(const std::string& job, const std::string& directory) {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.step_timeout);
+  strata::v1::SaveCheckpointRequest request;
+  request.set_job(job);
+  request.set_directory(directory);
+  strata::v1::SaveCheckpointResponse response;
+  return connection_->Convert(connection_->stub->SaveCheckpoint(&context, request, &response), "SaveCheckpoint");
+}
+
+absl::StatusOr<uint64_t> StrataClient::LoadCheckpoint(const std::string& directory, const std::string& new_job_name) {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.step_timeout);
+  strata::v1::LoadCheckpointRequest request;
+  request.set_directory(directory);
+  request.set_job_name(new_job_name);
+  strata::v1::LoadCheckpointResponse response;
+  absl::Status s = connection_->Convert(connection_->stub->LoadCheckpoint(&context, request, &response), "LoadCheckpoint");
+  if (!s.ok()) return s;
+  return response.job_id();
+}
+
+absl::StatusOr<std::string> StrataClient::StatsText() {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.rpc_timeout);
+  strata::v1::GetStatsResponse response;
+  absl::Status s = connection_->Convert(
+      connection_->stub->GetStats(&context, strata::v1::GetStatsRequest(), &response), "GetStats");
+  if (!s.ok()) return s;
+  std::string out = "tiers:\n";
+  for (const auto& t : response.tiers()) {
+    absl::StrAppendFormat(&out, "  %-12s used %llu of %llu bytes\n", t.tier(),
+                          static_cast<unsigned long long>(t.used_bytes()),
+                          static_cast<unsigned long long>(t.capacity_bytes()));
+  }
+  out += "jobs:\n";
+  for (const auto& j : response.jobs()) {
+    absl::StrAppendFormat(&out,
+                          "  %-16s step %llu  last step %.4f s  mean %.4f s  stall %.4f s  nvme read %llu B  "
+                          "written %llu B  loss scale %g  skipped %llu\n",
+                          j.job().name(), static_cast<unsigned long long>(j.job().step()), j.last_step_s(),
+                          j.mean_step_s(), j.stall_s(), static_cast<unsigned long long>(j.nvme_read_bytes()),
+                          static_cast<unsigned long long>(j.nvme_write_bytes()), j.job().loss_scale(),
+                          static_cast<unsigned long long>(j.job().skipped_steps()));
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<RankSession>> StrataClient::Attach(const std::string& job, uint32_t rank) {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.rpc_timeout);
+  strata::v1::AttachRankRequest request;
+  request.set_job(job);
+  request.set_rank(rank);
+  strata::v1::AttachRankResponse response;
+  absl::Status s = connection_->Convert(connection_->stub->AttachRank(&context, request, &response), "AttachRank");
+  if (!s.ok()) return s;
+  auto state = std::make_unique<RankSession::State>();
+  state->connection = connection_;
+  state->job_id = response.job_id();
+  state->rank = rank;
+  state->session_id = response.session_id();
+  state->fd_token = response.fd_token();
+  state->fd_socket_path = response.fd_socket_path();
+  state->lease = absl::Milliseconds(response.lease_timeout_ms());
+  state->reattached = response.reattached();
+  state->step = response.step();
+  return std::make_unique<RankSession>(std::move(state));
+}
+
+RankSession::RankSession(std::unique_ptr<State> state) : state_(std::move(state)) {
+  // Keep the lease alive while the trainer computes between calls.
+  State* st = state_.get();
+  st->heartbeat = std::thread([st] {
+    const absl::Duration every = std::max(st->lease / 3, absl::Milliseconds(100));
+    while (!st->stopped.WaitForNotificationWithTimeout(every)) {
+      grpc::ClientContext context;
+      st->connection->SetDeadline(&context, every);
+      strata::v1::HeartbeatRequest request;
+      request.set_session_id(st->session_id);
+      strata::v1::HeartbeatResponse response;
+      (void)st->connection->stub->Heartbeat(&context, request, &response);
+    }
+  });
+}
+
+RankSession::~RankSession() {
+  state_->stopped.Notify();
+  if (state_->heartbeat.joinable()) state_->heartbeat.join();
+  grpc::ClientContext context;
+  state_->connection->SetDeadline(&context, absl::Seconds(5));
+  strata::v1::DetachRankRequest request;
+  request.set_session_id(state_->session_id);
+  strata::v1::DetachRankResponse response;
+  (void)state_->connection->stub->DetachRank(&context, request, &response);
+  if (state_->region != nullptr) munmap(state_->region, state_->region_bytes);
+}
+
+uint64_t RankSession::job_id() const { return state_->job_id; }
+uint32_t RankSession::rank() const { return state_->rank; }
+bool RankSession::reattached() const { return state_->reattached; }
+uint64_t RankSession::step() const { return state_->step; }
+absl::Span<ShardView> RankSession::shards() { return absl::MakeSpan(state_->shards); }
+DType RankSession::param_dtype() const { return state_->param_dtype; }
+DType RankSession::grad_dtype() const { return state_->grad_dtype; }
+uint32_t RankSession::stage() const { return state_->stage; }
+
+absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors) {
+  State& st = *state_;
+  if (st.region != nullptr) {
+    return absl::FailedPreconditionError("tensors are already registered and mapped in this session");
+  }
+  strata::v1::RegisterTensorsRequest request;
+  request.set_session_id(st.session_id);
+  for (const TensorDesc& t : tensors) {
+    auto* info = request.add_tensors();
+    info->set_name(t.name);
+    info->set_numel(t.numel);
+  }
+  strata::v1::RegisterTensorsResponse response;
+  {
+    grpc::ClientContext context;
+    st.connection->SetDeadline(&context, st.connection->options.step_timeout);
+    absl::Status s = st.connection->Convert(st.connection->stub->RegisterTensors(&context, request, &response),
+                                            "RegisterTensors");
+    if (!s.ok()) return s;
+  }
+  auto pdt = DTypeOrError(response.param_dtype());
+  auto gdt = DTypeOrError(response.grad_dtype());
+  if (!pdt.ok() || !gdt.ok()) return absl::InternalError("the daemon answered with an unknown dtype");
+  st.param_dtype = *pdt;
+  st.grad_dtype = *gdt;
+  st.stage = response.stage();
+  // Receive the exchange region's memfd and map it.
+  auto sock = ConnectUnix(st.fd_socket_path);
+  if (!sock.ok()) return sock.status();
+  if (absl::Status s = SendWithFds(sock->get(), st.fd_token, {}); !s.ok()) return s;
+  auto reply = ReceiveWithFds(sock->get(), 1024, st.connection->options.rpc_timeout);
+  if (!reply.ok()) return reply.status();
+  if (reply->bytes.rfind("OK ", 0) != 0 || reply->fds.size() != 1) {
+    return absl::PermissionDeniedError(absl::StrCat("the daemon refused the shared memory: ", reply->bytes));
+  }
+  uint64_t bytes = 0;
+  if (!absl::SimpleAtoi(reply->bytes.substr(3), &bytes) || bytes != response.region_bytes()) {
+    return absl::InternalError("the daemon's shared region size does not match RegisterTensors");
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, reply->fds[0].get(), 0);
+  if (base == MAP_FAILED) return absl::InternalError(absl::StrCat("mmap of the shared region failed: errno ", errno));
+  st.region = static_cast<std::byte*>(base);
+  st.region_bytes = bytes;
+  st.shards.clear();
+  for (const auto& s : response.shards()) {
+    ShardView view;
+    view.index = s.index();
+    view.padded_numel = s.padded_numel();
+    for (const auto& r : s.ranges()) {
+      view.ranges.push_back(OwnedRange{TensorId(r.tensor()), r.tensor_offset(), r.numel(), r.shard_offset()});
+    }
+    if (s.grad_offset() + s.padded_numel() * DTypeSize(st.grad_dtype) > bytes ||
+        s.param_offset() + s.padded_numel() * DTypeSize(st.param_dtype) > bytes) {
+      return absl::InternalError("a shard slot lies outside the shared region");
+    }
+    view.grad = st.region + s.grad_offset();
+    view.param = st.region + s.param_offset();
+    st.shards.push_back(std::move(view));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// One session-scoped unary call with a deadline.
+template <typename Request, typename Response>
+absl::Status SessionCall(RankSession::State& st,
+                         grpc::Status (strata::v1::Strata::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                                          Response*),
+                         absl::string_view name, Request& request, Response* response, absl::Duration timeout) {
+  request.set_session_id(st.session_id);
+  grpc::ClientContext context;
+  st.connection->SetDeadline(&context, timeout);
+  return st.connection->Convert((st.connection->stub.get()->*method)(&context, request, response), name);
+}
+
+}  // namespace
+
+absl::Status RankSession::InitParams() {
+  strata::v1::InitParamsRequest request;
+  strata::v1::InitParamsResponse response;
+  return SessionCall(*state_, &strata::v1::Strata::Stub::InitParams, "InitParams", request, &response,
+                     state_->connection->options.step_timeout);
+}
+
+absl::Status RankSession::GradReady(uint32_t index, uint64_t step) {
+  strata::v1::GradReadyRequest request;
+  request.set_index(index);
+  request.set_step(step);
+  strata::v1::GradReadyResponse response;
+  return SessionCall(*state_, &strata::v1::Strata::Stub::GradReady, "GradReady", request, &response,
+                     state_->connection->options.rpc_timeout);
+}
+
+absl::StatusOr<StepResult> RankSession::WaitStep(uint64_t step) {
+  strata::v1::WaitStepRequest request;
+  request.set_step(step);
+  strata::v1::WaitStepResponse response;
+  absl::Status s = SessionCall(*state_, &strata::v1::Strata::Stub::WaitStep, "WaitStep", request, &response,
+                               state_->connection->options.step_timeout);
+  if (!s.ok()) return s;
+  return StepResult{response.skipped(), response.loss_scale(), response.grad_norm(), response.optimizer_steps()};
+}
+
+absl::Status RankSession::Acquire(absl::Span<const uint32_t> indices) {
+  strata::v1::AcquireRequest request;
+  request.mutable_indices()->Add(indices.begin(), indices.end());
+  strata::v1::AcquireResponse response;
+  return SessionCall(*state_, &strata::v1::Strata::Stub::Acquire, "Acquire", request, &response,
+                     state_->connection->options.step_timeout);
+}
+
+absl::Status RankSession::Release(absl::Span<const uint32_t> indices) {
+  strata::v1::ReleaseRequest request;
+  request.mutable_indices()->Add(indices.begin(), indices.end());
+  strata::v1::ReleaseResponse response;
+  return SessionCall(*state_, &strata::v1::Strata::Stub::Release, "Release", request, &response,
+                     state_->connection->options.rpc_timeout);
+}
+
+absl::Status RankSession::IterationBoundary() {
+  strata::v1::IterationBoundaryRequest request;
+  strata::v1::IterationBoundaryResponse response;
+  return SessionCall(*state_, &strata::v1::Strata::Stub::IterationBoundary, "IterationBoundary", request,
+                     &response, state_->connection->options.rpc_timeout);
+}
+
+absl::Status RankSession::Heartbeat() {
+  strata::v1::HeartbeatRequest request;
+  strata::v1::HeartbeatResponse response;
+  return SessionCall(*state_, &strata::v1::Strata::Stub::Heartbeat, "Heartbeat", request, &response,
+                     state_->connection->options.rpc_timeout);
+}
+
+}  // namespace strata

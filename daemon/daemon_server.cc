@@ -1,0 +1,231 @@
+#include "daemon/daemon_server.h"
+
+#include <grp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/byte_size.h"
+#include "daemon/strata_service.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "grpcpp/server_posix.h"
+#include "swap/extent_store.h"
+#include "swap/io_engine.h"
+
+namespace strata {
+namespace {
+
+// The largest control message a client may send: tensor lists of big models
+// run to a few hundred KiB; anything larger is refused.
+constexpr int kMaxMessageBytes = 4 << 20;
+
+}  // namespace
+
+DaemonServer::DaemonServer(const DaemonSettings& settings, Logger log)
+    : settings_(settings), log_(std::move(log)) {}
+
+absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonSettings& settings,
+                                                                   const strata::v1::DaemonConfig& config,
+                                                                   Logger log) {
+  std::unique_ptr<DaemonServer> server(new DaemonServer(settings, std::move(log)));
+  CpuOptimizerOptions opt;
+  opt.num_threads = static_cast<int>(settings.optimizer_threads);
+  auto optimizer = CpuOptimizer::Create(opt);
+  if (!optimizer.ok()) return optimizer.status();
+  server->optimizer_ = std::move(*optimizer);
+  server->choices_.push_back(absl::StrCat("cpu optimizer: ", settings.optimizer_threads, " threads, kernels ",
+                                          CpuOptimizer::KernelTarget()));
+  server->choices_.push_back(settings.device == DeviceChoice::kCuda
+                                 ? "device tier: cuda requested (trainers own the GPU copies in this version)"
+                                 : "device tier: emulated (trainers own the GPU copies in this version)");
+  if (!settings.nvme_paths.empty()) {
+    IoEngineOptions io;
+    io.queue_depth = settings.io_queue_depth;
+    io.block_size_bytes = settings.io_block_size;
+    io.sqpoll = settings.io_sqpoll;
+    std::optional<IoEngineKind> forced;
+    switch (settings.io_engine) {
+      case IoEngineChoice::kUring: forced = IoEngineKind::kUring; break;
+      case IoEngineChoice::kAio: forced = IoEngineKind::kAio; break;
+      case IoEngineChoice::kPsync: forced = IoEngineKind::kPsync; break;
+      case IoEngineChoice::kAuto: break;
+    }
+    std::vector<std::string> notes;
+    auto engine = OpenIoEngine(io, forced, &notes);
+    if (!engine.ok()) return engine.status();
+    server->engine_ = std::move(*engine);
+    for (const std::string& n : notes) server->choices_.push_back(absl::StrCat("io engine: ", n));
+    for (const std::string& n : server->engine_->info().notes) server->choices_.push_back(absl::StrCat("io engine: ", n));
+    server->choices_.push_back(absl::StrCat("io engine: ", server->engine_->info().name, " (depth ",
+                                            server->engine_->info().queue_depth, ", block ",
+                                            FormatBytes(server->engine_->info().block_size_bytes), ")"));
+    ExtentStoreOptions store;
+    store.paths = settings.nvme_paths;
+    store.capacity_bytes_per_path = settings.nvme_capacity_bytes;
+    store.allow_buffered_fallback = true;
+    store.sync_policy = settings.fsync_policy == FsyncPolicy::kEveryCommit ? SyncPolicy::kEveryCommit
+                        : settings.fsync_policy == FsyncPolicy::kBatched   ? SyncPolicy::kBatched
+                                                                           : SyncPolicy::kNever;
+    auto nvme = ExtentStore::Open(store, server->engine_.get());
+    if (!nvme.ok()) {
+      return absl::Status(nvme.status().code(),
+                          absl::StrCat("opening the NVMe tier: ", nvme.status().message()));
+    }
+    server->nvme_ = std::move(*nvme);
+    for (const std::string& w : server->nvme_->warnings()) server->choices_.push_back(absl::StrCat("nvme: ", w));
+    server->choices_.push_back(absl::StrCat("nvme tier: ", server->nvme_->Stats().shard_count,
+                                            " shards found, ", FormatBytes(server->nvme_->Stats().capacity_bytes),
+                                            " capacity"));
+  } else {
+    server->choices_.push_back("nvme tier: off (no --nvme_path); MODE_INFINITY jobs are refused");
+  }
+  if (!settings.allowed_group.empty()) {
+    group* g = getgrnam(settings.allowed_group.c_str());
+    if (g == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("allowed_group '", settings.allowed_group, "' does not exist"));
+    }
+    server->allowed_gid_ = g->gr_gid;
+  }
+  JobServices services;
+  services.optimizer = server->optimizer_.get();
+  services.nvme = server->nvme_.get();
+  services.nvme_mu = &server->nvme_mu_;
+  server->registry_ = std::make_unique<JobRegistry>(services, &server->clock_, settings.lease_timeout,
+                                                    settings.reattach_timeout);
+  server->fd_socket_path_ = settings.socket_path + ".fd";
+  ServiceContext ctx;
+  ctx.registry = server->registry_.get();
+  ctx.services = services;
+  ctx.effective_config = config;
+  ctx.startup_choices = server->choices_;
+  ctx.fd_socket_path = server->fd_socket_path_;
+  ctx.lease_timeout = settings.lease_timeout;
+  DaemonServer* self = server.get();
+  ctx.drain = [self] {
+    self->registry_->StartDraining();
+    self->drain_requested_ = true;
+  };
+  ctx.tier_stats = [self] {
+    std::vector<strata::v1::TierStats> tiers;
+    if (self->nvme_ != nullptr) {
+      absl::MutexLock lock(&self->nvme_mu_);
+      const ExtentStoreStats s = self->nvme_->Stats();
+      strata::v1::TierStats t;
+      t.set_tier("nvme");
+      t.set_capacity_bytes(s.capacity_bytes);
+      t.set_used_bytes(s.used_bytes);
+      tiers.push_back(t);
+    }
+    return tiers;
+  };
+  server->service_ = std::make_unique<StrataService>(std::move(ctx));
+  return server;
+}
+
+DaemonServer::~DaemonServer() { Stop(); }
+
+absl::Status DaemonServer::Start() {
+  grpc::ServerBuilder builder;
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr) return absl::InternalError("gRPC server failed to start");
+  auto grpc_fd = ListenUnix(settings_.socket_path, allowed_gid_ == static_cast<gid_t>(-1) ? 0600 : 0660);
+  if (!grpc_fd.ok()) return grpc_fd.status();
+  grpc_listener_ = std::move(*grpc_fd);
+  auto fd_fd = ListenUnix(fd_socket_path_, allowed_gid_ == static_cast<gid_t>(-1) ? 0600 : 0660);
+  if (!fd_fd.ok()) return fd_fd.status();
+  fd_listener_ = std::move(*fd_fd);
+  threads_.emplace_back([this] { AcceptLoop(grpc_listener_.get(), true); });
+  threads_.emplace_back([this] { AcceptLoop(fd_listener_.get(), false); });
+  threads_.emplace_back([this] { ExpiryLoop(); });
+  return absl::OkStatus();
+}
+
+bool DaemonServer::PeerAllowed(int fd) {
+  auto peer = GetPeerCredentials(fd);
+  if (!peer.ok()) {
+    log_(absl::StrCat("refusing a connection: ", peer.status().message()));
+    return false;
+  }
+  if (!PeerMayAttach(*peer, geteuid(), allowed_gid_)) {
+    log_(absl::StrCat("refusing a connection from pid ", peer->pid, " uid ", peer->uid,
+                      ": only uid ", geteuid(),
+                      settings_.allowed_group.empty() ? "" : absl::StrCat(" or group ", settings_.allowed_group),
+                      " may attach"));
+    return false;
+  }
+  return true;
+}
+
+void DaemonServer::AcceptLoop(int listen_fd, bool grpc_socket) {
+  while (!stopping_) {
+    pollfd pfd{listen_fd, POLLIN, 0};
+    int rc = poll(&pfd, 1, 200);
+    if (rc <= 0) continue;
+    UniqueFd conn(accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
+    if (!conn.valid()) continue;
+    if (!PeerAllowed(conn.get())) continue;  // closing is the refusal
+    if (grpc_socket) {
+      grpc::AddInsecureChannelFromFd(grpc_server_.get(), conn.release());
+    } else {
+      ServeFdRequest(std::move(conn));
+    }
+  }
+}
+
+void DaemonServer::ServeFdRequest(UniqueFd connection) {
+  // One exchange: the token in, the region's fd (or an error line) out.
+  auto message = ReceiveWithFds(connection.get(), 256, absl::Seconds(5));
+  if (!message.ok()) {
+    log_(absl::StrCat("fd socket: ", message.status().message()));
+    return;
+  }
+  if (!message->fds.empty()) {
+    (void)SendWithFds(connection.get(), "ERR file descriptors are not accepted here", {});
+    return;
+  }
+  auto session = registry_->RedeemToken(message->bytes);
+  if (!session.ok()) {
+    (void)SendWithFds(connection.get(), absl::StrCat("ERR ", session.status().message()), {});
+    return;
+  }
+  if (!session->job->registered()) {
+    (void)SendWithFds(connection.get(), "ERR register tensors before mapping shared memory", {});
+    return;
+  }
+  const int fd = session->job->ExchangeFdOf(session->rank);
+  (void)SendWithFds(connection.get(),
+                    absl::StrCat("OK ", session->job->ExchangeBytesOf(session->rank)), {fd});
+}
+
+void DaemonServer::ExpiryLoop() {
+  while (!stopping_) {
+    for (int i = 0; i < 10 && !stopping_; ++i) usleep(100 * 1000);
+    for (const std::string& line : registry_->Expire()) log_(line);
+  }
+}
+
+void DaemonServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (registry_ != nullptr) registry_->StartDraining();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  if (grpc_server_ != nullptr) grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Jobs finish the step whose gradients are in, then their workers stop.
+  if (registry_ != nullptr) {
+    for (const auto& job : registry_->Jobs()) job->Stop();
+  }
+  if (nvme_ != nullptr) {
+    absl::MutexLock lock(&nvme_mu_);
+    absl::Status s = nvme_->Sync();
+    if (!s.ok()) log_(absl::StrCat("flushing the NVMe tier failed: ", s.message()));
+  }
+  unlink(settings_.socket_path.c_str());
+  unlink(fd_socket_path_.c_str());
+}
+
+}  // namespace strata

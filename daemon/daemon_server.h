@@ -1,0 +1,85 @@
+// DaemonServer: the composition root of stratad. From DaemonSettings it
+// builds the CPU optimizer pool, the I/O engine (io_uring -> libaio -> psync,
+// probed once) and the NVMe extent store, the job registry and the gRPC
+// service, and serves two Unix sockets:
+//   <socket>     gRPC control plane; each accepted connection's peer uid is
+//                checked (SO_PEERCRED) before gRPC sees it;
+//   <socket>.fd  shared-memory hand-off: a rank sends its one-time token and
+//                receives its exchange region's memfd (SCM_RIGHTS).
+// It logs nothing itself: startup_choices() says what it chose, and Run's
+// caller logs.
+#ifndef STRATA_DAEMON_DAEMON_SERVER_H_
+#define STRATA_DAEMON_DAEMON_SERVER_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/clock.h"
+#include "core/unix_socket.h"
+#include "daemon/daemon_config.h"
+#include "daemon/job_registry.h"
+#include "optimizer_cpu/cpu_optimizer.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace strata {
+
+class IoEngine;
+class ExtentStore;
+class StrataService;
+
+class DaemonServer {
+ public:
+  using Logger = std::function<void(const std::string&)>;
+  static absl::StatusOr<std::unique_ptr<DaemonServer>> Create(const DaemonSettings& settings,
+                                                              const strata::v1::DaemonConfig& config,
+                                                              Logger log);
+  ~DaemonServer();
+
+  const std::vector<std::string>& startup_choices() const { return choices_; }
+  // Starts serving; returns once the sockets accept connections.
+  absl::Status Start();
+  // Graceful stop: refuse new jobs and attaches, finish steps whose
+  // gradients are in, commit the NVMe manifest, close the sockets.
+  void Stop();
+  // Set by the Drain RPC; the main thread polls it.
+  bool drain_requested() const { return drain_requested_.load(); }
+
+ private:
+  DaemonServer(const DaemonSettings& settings, Logger log);
+  void AcceptLoop(int listen_fd, bool grpc_socket);
+  void ServeFdRequest(UniqueFd connection);
+  bool PeerAllowed(int fd);
+  void ExpiryLoop();
+
+  const DaemonSettings settings_;
+  Logger log_;
+  std::vector<std::string> choices_;
+  RealClock clock_;
+  std::unique_ptr<CpuOptimizer> optimizer_;
+  std::unique_ptr<IoEngine> engine_;
+  std::unique_ptr<ExtentStore> nvme_;
+  absl::Mutex nvme_mu_;
+  std::unique_ptr<JobRegistry> registry_;
+  std::unique_ptr<StrataService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  UniqueFd grpc_listener_;
+  UniqueFd fd_listener_;
+  std::string fd_socket_path_;
+  gid_t allowed_gid_ = static_cast<gid_t>(-1);
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> drain_requested_{false};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_DAEMON_DAEMON_SERVER_H_

@@ -1,0 +1,491 @@
+#include "daemon/job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "daemon/host_shard_state_store.h"
+#include "daemon/nvme_shard_state_store.h"
+#include "swap/extent_store.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+// Splits a flat stage-1/2 shard into sub-groups of at most `sub_group`
+// elements (a multiple of `align`), so each can be stepped as soon as its
+// gradient arrives.
+std::vector<ShardLayout> SplitSubGroups(const ShardLayout& flat, uint64_t sub_group, uint64_t align) {
+  const uint64_t size = std::max<uint64_t>(RoundUp(std::max<uint64_t>(sub_group, 1), align), align);
+  std::vector<ShardLayout> out;
+  for (uint64_t begin = 0; begin < flat.padded_numel; begin += size) {
+    const uint64_t end = std::min(begin + size, flat.padded_numel);
+    ShardLayout part;
+    part.index = static_cast<uint32_t>(out.size());
+    part.padded_numel = end - begin;
+    for (const OwnedRange& r : flat.ranges) {
+      const uint64_t lo = std::max(r.shard_offset, begin);
+      const uint64_t hi = std::min(r.shard_offset + r.numel, end);
+      if (lo >= hi) continue;
+      part.ranges.push_back(OwnedRange{r.tensor, r.tensor_offset + (lo - r.shard_offset), hi - lo, lo - begin});
+    }
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Create(uint64_t id, JobSettings settings, JobServices services) {
+  if (services.optimizer == nullptr) return absl::InternalError("job created without a CPU optimizer");
+  if (settings.mode == strata::v1::MODE_INFINITY && services.nvme == nullptr) {
+    return absl::FailedPreconditionError(
+        "MODE_INFINITY needs the NVMe tier, and this daemon has none: start stratad with --nvme_path DIR");
+  }
+  return std::unique_ptr<Job>(new Job(id, std::move(settings), services));
+}
+
+Job::Job(uint64_t id, JobSettings settings, JobServices services)
+    : id_(id), settings_(std::move(settings)), services_(services), scaler_(settings_.loss_scale) {
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+Job::~Job() { Stop(); }
+
+void Job::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      if (!worker_.joinable()) return;
+    }
+    stopping_ = true;
+    changed_.SignalAll();
+  }
+  if (worker_.joinable()) worker_.join();
+}
+
+bool Job::registered() const {
+  absl::MutexLock lock(&mu_);
+  return registered_;
+}
+
+uint64_t Job::next_step() const {
+  absl::MutexLock lock(&mu_);
+  return next_step_;
+}
+
+double Job::loss_scale() const {
+  absl::MutexLock lock(&mu_);
+  return scaler_.scale();
+}
+
+JobCounters Job::counters() const {
+  JobCounters c;
+  {
+    absl::MutexLock lock(&mu_);
+    c = counters_;
+  }
+  if (param_cache_ != nullptr) c.params = param_cache_->stats();
+  return c;
+}
+
+uint64_t Job::params() const {
+  uint64_t total = 0;
+  for (const TensorSpec& t : tensors_) total += t.numel;
+  return total;
+}
+
+absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors) {
+  PartitionSpec spec;
+  spec.stage = settings_.stage;
+  spec.world_size = settings_.world_size;
+  spec.tensors = tensors;
+  STRATA_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
+  // The optimizer states' partition decides what each rank's daemon-side
+  // shards hold (stage 1/2: one flat shard cut into sub-groups; stage 3: one
+  // shard per tensor).
+  STRATA_ASSIGN_OR_RETURN(std::vector<RankLayout> layouts,
+                          PartitionState(spec, StateClass::kOptimizerStates));
+  const StateLayout state_layout = StateLayoutFor(settings_.optimizer);
+  if (settings_.mode == strata::v1::MODE_INFINITY) {
+    STRATA_ASSIGN_OR_RETURN(states_, NvmeShardStateStore::Create(id_, state_layout, services_.nvme,
+                                                                  services_.nvme_mu, services_.io_tile_bytes));
+  } else {
+    states_ = std::make_unique<HostShardStateStore>(state_layout);
+  }
+  const uint64_t align = AlignmentElements(spec.alignment_bytes);
+  const uint64_t grad_bytes = DTypeSize(settings_.grad_dtype);
+  const uint64_t param_bytes = DTypeSize(settings_.param_dtype);
+  ranks_.resize(settings_.world_size);
+  uint64_t largest_param_slot = 0, total_param_bytes = 0;
+  for (uint32_t r = 0; r < settings_.world_size; ++r) {
+    RankState& rank = ranks_[r];
+    std::vector<ShardLayout> shards =
+        settings_.stage == 3 ? layouts[r].shards
+                             : SplitSubGroups(layouts[r].shards.at(0), settings_.sub_group_size, align);
+    uint64_t offset = 0;
+    for (ShardLayout& shard : shards) {
+      ExchangeSlot slot;
+      slot.grad_offset = offset;
+      offset += RoundUp(shard.padded_numel * grad_bytes, kPage);
+      slot.param_offset = offset;
+      const uint64_t pbytes = RoundUp(shard.padded_numel * param_bytes, kPage);
+      offset += pbytes;
+      largest_param_slot = std::max(largest_param_slot, pbytes);
+      total_param_bytes += pbytes;
+      slot.layout = std::move(shard);
+      rank.slots.push_back(std::move(slot));
+    }
+    PinnedArenaOptions options;
+    options.name = absl::StrCat("strata-job", id_, "-rank", r);
+    options.size_bytes = std::max<uint64_t>(offset, kPage);
+    STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
+    rank.grad_ready.assign(rank.slots.size(), false);
+    for (const ExchangeSlot& slot : rank.slots) {
+      STRATA_RETURN_IF_ERROR(states_->Create(r, slot.layout.index, slot.layout.padded_numel));
+    }
+  }
+  if (settings_.mode == strata::v1::MODE_INFINITY) {
+    uint64_t budget = settings_.pinned_budget_bytes;
+    if (budget == 0) budget = total_param_bytes;  // everything may stay up
+    budget = std::max(budget, 2 * largest_param_slot);
+    param_cache_ = std::make_unique<ParamCache>(
+        id_, settings_.world_size, services_.nvme, services_.nvme_mu,
+        [this](uint32_t r, uint32_t index) {
+          const ExchangeSlot& slot = ranks_[r].slots[index];
+          return ParamCache::ShardRef{ranks_[r].exchange.data() + slot.param_offset,
+                                      RoundUp(slot.layout.padded_numel * DTypeSize(settings_.param_dtype), kPage)};
+        },
+        budget, /*lookahead=*/4);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors) {
+  absl::MutexLock lock(&mu_);
+  if (rank >= settings_.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range for job '", settings_.name, "' of world size ",
+                     settings_.world_size));
+  }
+  if (tensors.empty()) return absl::InvalidArgumentError("RegisterTensors: no tensors given");
+  if (!registered_) {
+    tensors_ = tensors;
+    absl::Status s = BuildLayoutsLocked(tensors);
+    if (!s.ok()) {
+      tensors_.clear();
+      ranks_.clear();
+      states_.reset();
+      return s;
+    }
+    registered_ = true;
+    return absl::OkStatus();
+  }
+  if (tensors.size() != tensors_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " registers ", tensors.size(),
+                                                   " tensors but the job has ", tensors_.size()));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].name != tensors_[i].name || tensors[i].numel != tensors_[i].numel) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank, " registers tensor ", i, " as '", tensors[i].name, "' (", tensors[i].numel,
+          " elements) but the job has '", tensors_[i].name, "' (", tensors_[i].numel, " elements)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<ExchangeSlot> Job::SlotsOf(uint32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  return ranks_.at(rank).slots;
+}
+
+int Job::ExchangeFdOf(uint32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  return ranks_.at(rank).exchange.fd();
+}
+
+uint64_t Job::ExchangeBytesOf(uint32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  return ranks_.at(rank).exchange.size_bytes();
+}
+
+std::byte* Job::GradSlot(uint32_t rank, const ExchangeSlot& slot) const {
+  return ranks_[rank].exchange.data() + slot.grad_offset;
+}
+
+std::byte* Job::ParamSlot(uint32_t rank, const ExchangeSlot& slot) const {
+  return ranks_[rank].exchange.data() + slot.param_offset;
+}
+
+absl::Status Job::InitParams(uint32_t rank) {
+  std::vector<ExchangeSlot> slots;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!registered_) return absl::FailedPreconditionError("InitParams before RegisterTensors");
+    if (next_step_ > 0 || optimizer_steps_ > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", settings_.name, "' has already taken steps; a re-attached rank keeps its state "
+          "and must not initialize params again"));
+    }
+    slots = ranks_[rank].slots;
+  }
+  std::vector<ShardId> ids;
+  for (const ExchangeSlot& slot : slots) ids.push_back(ShardId{rank, slot.layout.index});
+  CpuOptimizer* opt = services_.optimizer;
+  const OptimizerHyperparams& hp = settings_.optimizer;
+  STRATA_RETURN_IF_ERROR(states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
+    const ExchangeSlot& slot = slots[id.index];
+    const std::byte* src = ParamSlot(rank, slot) + tile.offset * DTypeSize(settings_.param_dtype);
+    STRATA_RETURN_IF_ERROR(opt->ConvertToFp32(src, settings_.param_dtype, tile.master, tile.size));
+    StepSpans spans;
+    spans.size = tile.size;
+    spans.params = tile.master;
+    spans.exp_avg = tile.exp_avg;
+    spans.exp_avg_sq = tile.exp_avg_sq;
+    spans.max_exp_avg_sq = tile.max_exp_avg_sq;
+    spans.grad = GradSlot(rank, slot);
+    spans.grad_dtype = settings_.grad_dtype;
+    return opt->InitializeState(hp, spans);
+  }));
+  if (param_cache_ != nullptr) {
+    for (const ExchangeSlot& slot : slots) STRATA_RETURN_IF_ERROR(param_cache_->StoreHome(rank, slot.layout.index));
+  }
+  absl::MutexLock lock(&mu_);
+  ranks_[rank].initialized = true;
+  return absl::OkStatus();
+}
+
+absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (!registered_) return absl::FailedPreconditionError("GradReady before RegisterTensors");
+  RankState& r = ranks_[rank];
+  if (index >= r.slots.size()) {
+    return absl::OutOfRangeError(absl::StrCat("shard index ", index, " is out of range: rank ", rank,
+                                              " has ", r.slots.size(), " shards"));
+  }
+  for (uint32_t i = 0; i < ranks_.size(); ++i) {
+    if (!ranks_[i].initialized) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "GradReady before every rank called InitParams (rank ", i, " has not)"));
+    }
+  }
+  if (!worker_error_.ok()) return worker_error_;
+  if (step < next_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step ", step, " was already applied; the job is at step ", next_step_));
+  }
+  if (step > next_step_ || step_queued_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step, " is not open for gradients; the job is at step ", next_step_,
+        step_queued_ ? " and its optimizer step is running" : ""));
+  }
+  if (!r.grad_ready[index]) {
+    r.grad_ready[index] = true;
+    if (grads_missing_ == 0) {
+      for (const RankState& rs : ranks_) grads_missing_ += rs.slots.size();
+      for (const RankState& rs : ranks_) {
+        for (bool ready : rs.grad_ready) grads_missing_ -= ready ? 1 : 0;
+      }
+      grads_missing_ += 1;  // the one just marked is subtracted below
+    }
+    --grads_missing_;
+  }
+  // Sending a gradient again replaces it: inspect the new contents.
+  queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
+  if (grads_missing_ == 0) {
+    step_queued_ = true;
+    queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
+  }
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutcome> Job::WaitStep(uint64_t step, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    auto it = outcomes_.find(step);
+    if (it != outcomes_.end()) return it->second;
+    if (!worker_error_.ok()) return worker_error_;
+    if (step < next_step_) {
+      return absl::NotFoundError(absl::StrCat("the outcome of step ", step, " is no longer kept"));
+    }
+    if (stopping_) return absl::UnavailableError("the daemon is stopping");
+    if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "step ", step, " of job '", settings_.name, "' did not finish in time; ", grads_missing_,
+          " gradients are still missing"));
+    }
+  }
+}
+
+void Job::WorkerLoop() {
+  while (true) {
+    WorkItem item;
+    {
+      absl::MutexLock lock(&mu_);
+      while (queue_.empty() && !stopping_) changed_.Wait(&mu_);
+      // Finish queued work before stopping: a step whose gradients are all in
+      // is applied (graceful shutdown finishes in-flight steps).
+      if (queue_.empty()) return;
+      item = queue_.front();
+      queue_.pop_front();
+    }
+    if (item.kind == WorkItem::kInspect) Inspect(item.rank, item.index);
+    if (item.kind == WorkItem::kRunStep) RunStep();
+  }
+}
+
+void Job::Inspect(uint32_t rank, uint32_t index) {
+  ExchangeSlot slot;
+  {
+    absl::MutexLock lock(&mu_);
+    slot = ranks_[rank].slots[index];
+  }
+  GradView grad{GradSlot(rank, slot), settings_.grad_dtype, slot.layout.padded_numel};
+  auto overflow = services_.optimizer->HasInfOrNan(grad);
+  auto norm = services_.optimizer->SquaredL2Norm(grad);
+  absl::MutexLock lock(&mu_);
+  if (!overflow.ok() || !norm.ok()) {
+    worker_error_ = !overflow.ok() ? overflow.status() : norm.status();
+    changed_.SignalAll();
+    return;
+  }
+  inspections_[{rank, index}] = {*overflow, *norm};
+}
+
+void Job::RunStep() {
+  const absl::Time start = absl::Now();
+  bool overflow = false;
+  double squared = 0;
+  double scale;
+  uint64_t step;
+  int64_t optimizer_step;
+  std::vector<std::vector<ExchangeSlot>> slots;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, result] : inspections_) {
+      overflow = overflow || result.first;
+      squared += result.second;
+    }
+    scale = scaler_.scale();
+    step = next_step_;
+    optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
+    for (const RankState& r : ranks_) slots.push_back(r.slots);
+  }
+  // Norms are of the scaled gradients; unscale before clipping, as DeepSpeed does.
+  const double norm = std::sqrt(squared) / scale;
+  const bool skip = overflow && scaler_.enabled();
+  absl::Status status;
+  if (!skip) {
+    double clip = 1.0;
+    if (settings_.gradient_clipping > 0 && std::isfinite(norm)) {
+      const double coef = settings_.gradient_clipping / (norm + 1e-6);
+      if (coef < 1.0) clip = coef;
+    }
+    const float grad_scale = static_cast<float>(clip / scale);
+    std::vector<ShardId> ids;
+    for (uint32_t r = 0; r < slots.size(); ++r) {
+      for (const ExchangeSlot& s : slots[r]) ids.push_back(ShardId{r, s.layout.index});
+    }
+    const bool sixteen_bit = settings_.param_dtype != DType::kFp32;
+    const size_t psize = DTypeSize(settings_.param_dtype);
+    const size_t gsize = DTypeSize(settings_.grad_dtype);
+    status = states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
+      const ExchangeSlot& slot = slots[id.rank][id.index];
+      StepSpans spans;
+      spans.size = tile.size;
+      spans.params = tile.master;
+      spans.exp_avg = tile.exp_avg;
+      spans.exp_avg_sq = tile.exp_avg_sq;
+      spans.max_exp_avg_sq = tile.max_exp_avg_sq;
+      spans.grad = GradSlot(id.rank, slot) + tile.offset * gsize;
+      spans.grad_dtype = settings_.grad_dtype;
+      std::byte* param_out = ParamSlot(id.rank, slot) + tile.offset * psize;
+      if (sixteen_bit) {
+        spans.param_out = param_out;
+        spans.param_out_dtype = settings_.param_dtype;
+      }
+      STRATA_RETURN_IF_ERROR(services_.optimizer->Step(settings_.optimizer, optimizer_step, spans, grad_scale));
+      if (!sixteen_bit) std::memcpy(param_out, tile.master, tile.size * sizeof(float));
+      return absl::OkStatus();
+    });
+    if (status.ok() && param_cache_ != nullptr) {
+      for (const ShardId& id : ids) {
+        status = param_cache_->StoreHome(id.rank, id.index);
+        if (!status.ok()) break;
+      }
+    }
+    if (status.ok() && services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {
+      absl::MutexLock io(services_.nvme_mu);
+      status = services_.nvme->Commit();
+    }
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  absl::MutexLock lock(&mu_);
+  if (!status.ok()) {
+    worker_error_ = absl::Status(status.code(), absl::StrCat("optimizer step ", step, " of job '",
+                                                             settings_.name, "' failed: ", status.message()));
+    changed_.SignalAll();
+    return;
+  }
+  scaler_.Update(overflow);
+  StepOutcome outcome;
+  outcome.skipped = skip;
+  outcome.grad_norm = norm;
+  outcome.next_loss_scale = scaler_.scale();
+  if (!skip) ++optimizer_steps_;
+  outcome.optimizer_steps = optimizer_steps_;
+  outcomes_[step] = outcome;
+  outcomes_.erase(step >= 64 ? step - 64 : UINT64_MAX);  // keep a bounded history
+  if (skip) ++counters_.steps_skipped;
+  else ++counters_.steps_applied;
+  counters_.last_step_s = seconds;
+  counters_.total_step_s += seconds;
+  inspections_.clear();
+  for (RankState& r : ranks_) std::fill(r.grad_ready.begin(), r.grad_ready.end(), false);
+  grads_missing_ = 0;
+  step_queued_ = false;
+  next_step_ = step + 1;
+  changed_.SignalAll();
+}
+
+absl::Status Job::Acquire(uint32_t rank, const std::vector<uint32_t>& indices, absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!registered_) return absl::FailedPreconditionError("Acquire before RegisterTensors");
+    for (uint32_t index : indices) {
+      if (index >= ranks_[rank].slots.size()) {
+        return absl::OutOfRangeError(absl::StrCat("shard index ", index, " is out of range: rank ", rank,
+                                                  " has ", ranks_[rank].slots.size(), " shards"));
+      }
+    }
+    if (!ranks_[rank].initialized) return absl::FailedPreconditionError("Acquire before InitParams");
+  }
+  if (param_cache_ == nullptr) {
+    // Offload mode: params are always in the slots.
+    return absl::OkStatus();
+  }
+  return param_cache_->Acquire(rank, indices, deadline);
+}
+
+absl::Status Job::Release(uint32_t rank, const std::vector<uint32_t>& indices) {
+  if (param_cache_ == nullptr) return absl::OkStatus();
+  return param_cache_->Release(rank, indices);
+}
+
+absl::Status Job::IterationBoundary(uint32_t rank) {
+  if (param_cache_ != nullptr) param_cache_->IterationBoundary(rank);
+  return absl::OkStatus();
+}
+
+void Job::DropPins(uint32_t rank) {
+  if (param_cache_ != nullptr) param_cache_->ReleaseAll(rank);
+}
+
+}  // namespace strata

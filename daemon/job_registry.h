@@ -1,0 +1,103 @@
+// JobRegistry: the daemon's jobs and the sessions of the ranks attached to
+// them. A session is one trainer process's attachment; it ends when the
+// trainer detaches, when its lease runs out (no call or heartbeat within the
+// lease timeout), or when a new session of the same rank replaces it (a
+// restarted trainer). Ending a session drops its pins, never the job's state.
+// A job with no attached rank for longer than the reattach timeout is deleted.
+//
+// Thread-safe.
+#ifndef STRATA_DAEMON_JOB_REGISTRY_H_
+#define STRATA_DAEMON_JOB_REGISTRY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/clock.h"
+#include "daemon/job.h"
+
+namespace strata {
+
+struct SessionRef {
+  std::shared_ptr<Job> job;
+  uint32_t rank = 0;
+  uint64_t session_id = 0;
+};
+
+struct AttachResult {
+  std::shared_ptr<Job> job;
+  uint64_t session_id = 0;
+  std::string fd_token;
+  bool reattached = false;
+};
+
+class JobRegistry {
+ public:
+  JobRegistry(JobServices services, Clock* clock, absl::Duration lease_timeout,
+              absl::Duration reattach_timeout);
+
+  // AlreadyExists when the name is taken, unless `attach_if_exists` and the
+  // existing job has the same world size and mode (then it is returned).
+  // Unavailable while draining.
+  absl::StatusOr<std::pair<std::shared_ptr<Job>, bool>> CreateJob(JobSettings settings,
+                                                                  bool attach_if_exists);
+  absl::Status AddJob(std::shared_ptr<Job> job);  // a job loaded from a checkpoint
+  absl::StatusOr<std::shared_ptr<Job>> FindJob(const std::string& name) const;
+  absl::Status DeleteJob(const std::string& name);
+  std::vector<std::shared_ptr<Job>> Jobs() const;
+  uint32_t AttachedRanks(uint64_t job_id) const;
+
+  absl::StatusOr<AttachResult> Attach(const std::string& job, uint32_t rank);
+  // Resolves a session and renews its lease. NotFound (saying why) for an
+  // unknown, expired or replaced session.
+  absl::StatusOr<SessionRef> Touch(uint64_t session_id);
+  absl::Status Detach(uint64_t session_id);
+  // The rank a one-time fd token was issued for; the token is spent.
+  absl::StatusOr<SessionRef> RedeemToken(const std::string& token);
+
+  // Ends sessions past their lease and deletes jobs abandoned past the
+  // reattach timeout. Returns a line per thing it did, for the log.
+  std::vector<std::string> Expire();
+
+  void StartDraining();
+  bool draining() const;
+  uint64_t NextJobId();
+
+ private:
+  struct Session {
+    uint64_t job_id = 0;
+    uint32_t rank = 0;
+    absl::Time last_seen;
+  };
+  struct Token {
+    uint64_t session_id = 0;
+    absl::Time expires;
+  };
+  void EndSessionLocked(uint64_t session_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const JobServices services_;
+  Clock* const clock_;
+  const absl::Duration lease_timeout_;
+  const absl::Duration reattach_timeout_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  // (job id, rank) -> live session id
+  absl::flat_hash_map<std::pair<uint64_t, uint32_t>, uint64_t> rank_sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, absl::Time> job_last_attached_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Token> tokens_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_DAEMON_JOB_REGISTRY_H_

@@ -1,0 +1,110 @@
+#include "daemon/job_settings.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace strata {
+
+absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobRequest& r) {
+  JobSettings s;
+  s.name = r.name();
+  if (s.name.empty() || s.name.size() > 128) {
+    return absl::InvalidArgumentError("job name must be 1..128 characters");
+  }
+  for (char c : s.name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job name '", s.name, "' may only hold letters, digits, '-', '_' and '.'"));
+    }
+  }
+  if (r.world_size() < 1 || r.world_size() > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world_size ", r.world_size(), " is not valid; expected 1..4096"));
+  }
+  s.world_size = r.world_size();
+  if (r.mode() != strata::v1::MODE_OFFLOAD && r.mode() != strata::v1::MODE_INFINITY) {
+    return absl::InvalidArgumentError("mode must be MODE_OFFLOAD or MODE_INFINITY");
+  }
+  s.mode = r.mode();
+  s.deepspeed_config_json = r.deepspeed_config_json().empty() ? "{}" : r.deepspeed_config_json();
+  auto ds = ParseDeepSpeedConfig(s.deepspeed_config_json);
+  if (!ds.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("deepspeed_config_json: ", ds.status().message()));
+  }
+  s.warnings = ds->warnings;
+  s.stage = ds->zero.stage;
+  if (s.mode == strata::v1::MODE_OFFLOAD && (s.stage < 1 || s.stage > 2)) {
+    // Offload keeps the flat stage-1/2 layout; stage 0 has nothing partitioned.
+    if (s.stage == 0) s.stage = 2;
+    else if (s.stage == 3) {
+      return absl::InvalidArgumentError(
+          "zero_optimization.stage 3 needs mode MODE_INFINITY (params partitioned per tensor and "
+          "swapped); use stage 1 or 2 for MODE_OFFLOAD");
+    }
+  }
+  if (s.mode == strata::v1::MODE_INFINITY) {
+    if (s.stage != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MODE_INFINITY needs zero_optimization.stage 3 (the config says ", s.stage, ")"));
+    }
+  }
+  s.optimizer = ds->optimizer.has_value() ? HyperparamsFromDeepSpeed(*ds->optimizer) : OptimizerHyperparams{};
+  if (r.has_optimizer() && !r.optimizer().type().empty()) {
+    const auto& o = r.optimizer();
+    STRATA_ASSIGN_OR_RETURN(s.optimizer.kind, ParseOptimizerKind(o.type()));
+    s.optimizer.lr = o.lr();
+    if (o.beta1() != 0 || o.beta2() != 0) {
+      s.optimizer.beta1 = o.beta1();
+      s.optimizer.beta2 = o.beta2();
+    }
+    if (o.eps() != 0) s.optimizer.eps = o.eps();
+    s.optimizer.weight_decay = o.weight_decay();
+    s.optimizer.amsgrad = o.amsgrad();
+    s.optimizer.lr_decay = o.lr_decay();
+    s.optimizer.initial_accumulator_value = o.initial_accumulator_value();
+  }
+  if (absl::Status v = ValidateOptimizerHyperparams(s.optimizer); !v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer: ", v.message()));
+  }
+  auto dtype = [](const std::string& text, DType fallback, const char* field) -> absl::StatusOr<DType> {
+    if (text.empty()) return fallback;
+    auto d = ParseDType(text);
+    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", d.status().message()));
+    return *d;
+  };
+  const DType natural = ds->bf16_enabled ? DType::kBf16 : ds->fp16.enabled ? DType::kFp16 : DType::kFp32;
+  STRATA_ASSIGN_OR_RETURN(s.param_dtype, dtype(r.param_dtype(), natural, "param_dtype"));
+  STRATA_ASSIGN_OR_RETURN(s.grad_dtype, dtype(r.grad_dtype(), natural, "grad_dtype"));
+  s.loss_scale = ds->fp16;
+  s.gradient_clipping = ds->gradient_clipping;
+  s.sub_group_size = ds->zero.sub_group_size;
+  s.pinned_budget_bytes = r.pinned_budget_bytes();
+  s.device_budget_bytes = r.device_budget_bytes();
+  return s;
+}
+
+strata::v1::CreateJobRequest JobSettingsToRequest(const JobSettings& s) {
+  strata::v1::CreateJobRequest r;
+  r.set_name(s.name);
+  r.set_world_size(s.world_size);
+  r.set_mode(s.mode);
+  r.set_deepspeed_config_json(s.deepspeed_config_json);
+  auto* o = r.mutable_optimizer();
+  o->set_type(std::string(OptimizerKindName(s.optimizer.kind)));
+  o->set_lr(s.optimizer.lr);
+  o->set_beta1(s.optimizer.beta1);
+  o->set_beta2(s.optimizer.beta2);
+  o->set_eps(s.optimizer.eps);
+  o->set_weight_decay(s.optimizer.weight_decay);
+  o->set_amsgrad(s.optimizer.amsgrad);
+  o->set_lr_decay(s.optimizer.lr_decay);
+  o->set_initial_accumulator_value(s.optimizer.initial_accumulator_value);
+  r.set_param_dtype(std::string(DTypeName(s.param_dtype)));
+  r.set_grad_dtype(std::string(DTypeName(s.grad_dtype)));
+  r.set_pinned_budget_bytes(s.pinned_budget_bytes);
+  r.set_device_budget_bytes(s.device_budget_bytes);
+  return r;
+}
+
+}  // namespace strata

@@ -1,0 +1,184 @@
+#include "daemon/nvme_shard_state_store.h"
+
+#include <cstring>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "core/shard_key.h"
+#include "swap/extent_store.h"
+
+namespace strata {
+
+absl::StatusOr<std::unique_ptr<NvmeShardStateStore>> NvmeShardStateStore::Create(
+    uint64_t job_id, const StateLayout& layout, ExtentStore* store, absl::Mutex* store_mu,
+    uint64_t tile_bytes) {
+  if (store == nullptr) {
+    return absl::FailedPreconditionError(
+        "ZeRO-Infinity needs the NVMe tier: start stratad with --nvme_path DIR");
+  }
+  const uint64_t tile_elements = std::max<uint64_t>(tile_bytes / 4 / 1024 * 1024, 1024);
+  const uint64_t streams = 1 + layout.exp_avg + layout.exp_avg_sq + layout.max_exp_avg_sq;
+  PinnedArenaOptions options;
+  options.name = absl::StrCat("strata-staging-job", job_id);
+  options.size_bytes = 3 * streams * tile_elements * 4;
+  auto staging = PinnedArena::Create(options);
+  if (!staging.ok()) return staging.status();
+  return std::unique_ptr<NvmeShardStateStore>(new NvmeShardStateStore(
+      job_id, layout, store, store_mu, tile_elements, std::move(*staging)));
+}
+
+NvmeShardStateStore::NvmeShardStateStore(uint64_t job_id, const StateLayout& layout, ExtentStore* store,
+                                         absl::Mutex* store_mu, uint64_t tile_elements, PinnedArena staging)
+    : job_id_(job_id),
+      layout_(layout),
+      store_(store),
+      store_mu_(store_mu),
+      tile_elements_(tile_elements),
+      staging_(std::move(staging)) {}
+
+std::vector<TensorKind> NvmeShardStateStore::Streams() const {
+  std::vector<TensorKind> kinds = {TensorKind::kMaster32};
+  if (layout_.exp_avg) kinds.push_back(TensorKind::kExpAvg);
+  if (layout_.exp_avg_sq) kinds.push_back(TensorKind::kExpAvgSq);
+  if (layout_.max_exp_avg_sq) kinds.push_back(TensorKind::kMaxExpAvgSq);
+  return kinds;
+}
+
+std::vector<NvmeShardStateStore::TileRef> NvmeShardStateStore::Tiles(
+    const std::vector<ShardId>& shards) const {
+  std::vector<TileRef> tiles;
+  for (const ShardId& id : shards) {
+    auto it = numel_.find({id.rank, id.index});
+    const uint64_t numel = it == numel_.end() ? 0 : it->second;
+    uint32_t t = 0;
+    for (uint64_t off = 0; off < numel; off += tile_elements_, ++t) {
+      tiles.push_back(TileRef{id, t, off, std::min(tile_elements_, numel - off)});
+    }
+  }
+  return tiles;
+}
+
+StateTile NvmeShardStateStore::StagingTile(int set, const TileRef& ref) {
+  const std::vector<TensorKind> streams = Streams();
+  float* base = reinterpret_cast<float*>(staging_.data()) + set * streams.size() * tile_elements_;
+  StateTile tile;
+  tile.offset = ref.offset;
+  tile.size = ref.size;
+  for (size_t s = 0; s < streams.size(); ++s) {
+    float* p = base + s * tile_elements_;
+    switch (streams[s]) {
+      case TensorKind::kMaster32: tile.master = p; break;
+      case TensorKind::kExpAvg: tile.exp_avg = p; break;
+      case TensorKind::kExpAvgSq: tile.exp_avg_sq = p; break;
+      default: tile.max_exp_avg_sq = p; break;
+    }
+  }
+  return tile;
+}
+
+absl::Status NvmeShardStateStore::Load(int set, const TileRef& ref) {
+  const std::vector<TensorKind> streams = Streams();
+  std::byte* base = staging_.data() + set * streams.size() * tile_elements_ * 4;
+  absl::MutexLock lock(store_mu_);
+  for (size_t s = 0; s < streams.size(); ++s) {
+    ShardKey key{JobId(job_id_), Rank(ref.shard.rank), TensorId(ref.shard.index), streams[s], ref.tile};
+    auto got = store_->Read(key, absl::Span<std::byte>(base + s * tile_elements_ * 4, tile_elements_ * 4));
+    if (!got.ok()) {
+      return absl::Status(got.status().code(), absl::StrCat("loading ", ShardKeyToString(key),
+                                                            " from NVMe: ", got.status().message()));
+    }
+    if (*got != ref.size * 4) {
+      return absl::DataLossError(absl::StrCat(ShardKeyToString(key), " holds ", *got,
+                                              " bytes on NVMe, expected ", ref.size * 4));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NvmeShardStateStore::Save(int set, const TileRef& ref) {
+  const std::vector<TensorKind> streams = Streams();
+  const std::byte* base = staging_.data() + set * streams.size() * tile_elements_ * 4;
+  absl::MutexLock lock(store_mu_);
+  for (size_t s = 0; s < streams.size(); ++s) {
+    ShardKey key{JobId(job_id_), Rank(ref.shard.rank), TensorId(ref.shard.index), streams[s], ref.tile};
+    absl::Status st = store_->Write(key, absl::Span<const std::byte>(base + s * tile_elements_ * 4, ref.size * 4));
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("saving ", ShardKeyToString(key), " to NVMe: ", st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NvmeShardStateStore::Create(uint32_t rank, uint32_t index, uint64_t numel) {
+  numel_[{rank, index}] = numel;
+  // Zeroed states, written tile by tile from a zeroed staging set.
+  std::memset(staging_.data(), 0, Streams().size() * tile_elements_ * 4);
+  for (const TileRef& ref : Tiles({ShardId{rank, index}})) {
+    if (absl::Status s = Save(0, ref); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NvmeShardStateStore::Run(const std::vector<ShardId>& shards, const TileFn& fn, bool write_back) {
+  const std::vector<TileRef> tiles = Tiles(shards);
+  if (tiles.empty()) return absl::OkStatus();
+  // Set k % 3 holds tile k. Loading tile k+1 needs the set that tile k-2 was
+  // saved from, so that save must be done first.
+  std::vector<std::future<absl::Status>> loads(tiles.size());
+  std::vector<std::future<absl::Status>> saves(tiles.size());
+  loads[0] = std::async(std::launch::async, [&] { return Load(0, tiles[0]); });
+  absl::Status result;
+  size_t k = 0;
+  for (; k < tiles.size(); ++k) {
+    absl::Status loaded = loads[k].get();
+    if (!loaded.ok()) {
+      result = loaded;
+      break;
+    }
+    if (k + 1 < tiles.size()) {
+      if (k >= 2 && saves[k - 2].valid()) {
+        if (absl::Status s = saves[k - 2].get(); !s.ok()) {
+          result = s;
+          break;
+        }
+      }
+      loads[k + 1] = std::async(std::launch::async, [&, k] { return Load((k + 1) % 3, tiles[k + 1]); });
+    }
+    StateTile tile = StagingTile(k % 3, tiles[k]);
+    if (absl::Status s = fn(tiles[k].shard, tile); !s.ok()) {
+      result = s;
+      break;
+    }
+    if (write_back) {
+      saves[k] = std::async(std::launch::async, [&, k] { return Save(k % 3, tiles[k]); });
+    }
+  }
+  // Drain everything still running before the staging sets can be reused.
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    if (loads[i].valid()) {
+      absl::Status s = loads[i].get();
+      if (result.ok() && !s.ok() && i <= k) result = s;
+    }
+    if (saves[i].valid()) {
+      absl::Status s = saves[i].get();
+      if (result.ok() && !s.ok()) result = s;
+    }
+  }
+  return result;
+}
+
+absl::Status NvmeShardStateStore::Update(const std::vector<ShardId>& shards, const TileFn& fn) {
+  return Run(shards, fn, /*write_back=*/true);
+}
+
+absl::Status NvmeShardStateStore::Read(const std::vector<ShardId>& shards, const TileFn& fn) {
+  return Run(shards, fn, /*write_back=*/false);
+}
+
+uint64_t NvmeShardStateStore::bytes() const {
+  uint64_t total = 0;
+  for (const auto& [key, numel] : numel_) total += numel * 4 * Streams().size();
+  return total;
+}
+
+}  // namespace strata

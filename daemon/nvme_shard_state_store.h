@@ -1,0 +1,66 @@
+// NvmeShardStateStore: ZeRO-Infinity's fp32 masters and optimizer states on
+// NVMe (the extent store), streamed through three sets of pinned staging
+// tiles: while the optimizer updates tile k, tile k+1 is read and tile k-1 is
+// written back. Staging is 3 x streams x tile bytes, whatever the size of a
+// sub-group (DeepSpeed sizes it by the largest sub-group times its buffer
+// count, its users' most common NVMe out-of-memory).
+//
+// Each tile of each stream is one extent-store shard:
+// ShardKey{job, rank, tensor = shard index, kind = stream, index = tile}.
+//
+// Thread-compatible: one Update at a time (the job's worker calls it).
+#ifndef STRATA_DAEMON_NVME_SHARD_STATE_STORE_H_
+#define STRATA_DAEMON_NVME_SHARD_STATE_STORE_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/shard_state_store.h"
+#include "tiers/pinned_arena.h"
+
+namespace strata {
+
+class ExtentStore;
+
+class NvmeShardStateStore final : public ShardStateStore {
+ public:
+  // `store_mu` serializes every use of `store` in the daemon.
+  static absl::StatusOr<std::unique_ptr<NvmeShardStateStore>> Create(
+      uint64_t job_id, const StateLayout& layout, ExtentStore* store, absl::Mutex* store_mu,
+      uint64_t tile_bytes);
+
+  absl::Status Create(uint32_t rank, uint32_t index, uint64_t numel) override;
+  absl::Status Update(const std::vector<ShardId>& shards, const TileFn& fn) override;
+  absl::Status Read(const std::vector<ShardId>& shards, const TileFn& fn) override;
+  uint64_t bytes() const override;
+
+ private:
+  struct TileRef {
+    ShardId shard;
+    uint32_t tile = 0;
+    uint64_t offset = 0;  // elements
+    uint64_t size = 0;
+  };
+  NvmeShardStateStore(uint64_t job_id, const StateLayout& layout, ExtentStore* store,
+                      absl::Mutex* store_mu, uint64_t tile_elements, PinnedArena staging);
+  std::vector<TileRef> Tiles(const std::vector<ShardId>& shards) const;
+  StateTile StagingTile(int set, const TileRef& ref);
+  absl::Status Load(int set, const TileRef& ref);
+  absl::Status Save(int set, const TileRef& ref);
+  absl::Status Run(const std::vector<ShardId>& shards, const TileFn& fn, bool write_back);
+  std::vector<TensorKind> Streams() const;
+
+  const uint64_t job_id_;
+  const StateLayout layout_;
+  ExtentStore* const store_;
+  absl::Mutex* const store_mu_;
+  const uint64_t tile_elements_;
+  PinnedArena staging_;  // 3 sets x streams x tile
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t> numel_;  // per shard
+};
+
+}  // namespace strata
+
+#endif  // STRATA_DAEMON_NVME_SHARD_STATE_STORE_H_

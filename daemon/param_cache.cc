@@ -1,0 +1,246 @@
+#include "daemon/param_cache.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/shard_key.h"
+#include "swap/extent_store.h"
+
+namespace strata {
+namespace {
+
+ShardKey HomeKey(uint64_t job, uint32_t rank, uint32_t index) {
+  return ShardKey{JobId(job), Rank(rank), TensorId(index), TensorKind::kParam16, 0};
+}
+
+}  // namespace
+
+ParamCache::ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, absl::Mutex* store_mu,
+                       Locate locate, uint64_t budget_bytes, uint32_t lookahead)
+    : job_id_(job_id),
+      store_(store),
+      locate_(std::move(locate)),
+      budget_bytes_(budget_bytes),
+      lookahead_(lookahead),
+      traces_(ranks),
+      store_mu_(store_mu) {
+  io_thread_ = std::thread([this] { IoLoop(); });
+}
+
+ParamCache::~ParamCache() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    changed_.SignalAll();
+  }
+  io_thread_.join();
+}
+
+absl::Status ParamCache::StoreHome(uint32_t rank, uint32_t index) {
+  ShardRef ref = locate_(rank, index);
+  absl::Status s;
+  {
+    absl::MutexLock io(store_mu_);
+    s = store_->Write(HomeKey(job_id_, rank, index), absl::Span<const std::byte>(ref.slot, ref.bytes));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!s.ok()) return s;
+  stats_.bytes_written += ref.bytes;
+  Entry& e = entries_[{rank, index}];
+  if (e.state != State::kResident) {
+    e.state = State::kResident;
+    e.bytes = ref.bytes;
+    resident_bytes_ += ref.bytes;
+  }
+  e.read_error = absl::OkStatus();
+  // The step just rewrote every shard; keep within the budget by dropping the
+  // unpinned shards needed last.
+  MakeRoomLocked(rank, 0);
+  return absl::OkStatus();
+}
+
+size_t ParamCache::DistanceLocked(uint32_t rank, uint32_t index) const {
+  const RankTrace& t = traces_[rank];
+  if (t.learned.empty()) return SIZE_MAX / 2;
+  const size_t n = t.learned.size();
+  for (size_t d = 0; d < n; ++d) {
+    if (t.learned[(t.position + d) % n] == index) return d;
+  }
+  return SIZE_MAX / 2;
+}
+
+bool ParamCache::MakeRoomLocked(uint32_t rank, uint64_t bytes) {
+  while (resident_bytes_ + bytes > budget_bytes_) {
+    // Evict the unpinned resident shard (of this rank) needed farthest ahead.
+    std::pair<uint32_t, uint32_t> victim;
+    size_t worst = 0;
+    bool found = false;
+    for (auto& [key, e] : entries_) {
+      if (key.first != rank || e.state != State::kResident || e.pins > 0) continue;
+      size_t d = DistanceLocked(rank, key.second);
+      if (!found || d > worst) {
+        worst = d;
+        victim = key;
+        found = true;
+      }
+    }
+    if (!found) return false;
+    Entry& e = entries_[victim];
+    if (e.prefetched_unused) ++stats_.prefetches_unused;
+    e.prefetched_unused = false;
+    e.state = State::kAbsent;
+    resident_bytes_ -= e.bytes;
+  }
+  return true;
+}
+
+void ParamCache::StartReadLocked(uint32_t rank, uint32_t index, bool prefetch) {
+  Entry& e = entries_[{rank, index}];
+  if (e.state != State::kAbsent) return;
+  ShardRef ref = locate_(rank, index);
+  if (!MakeRoomLocked(rank, ref.bytes)) {
+    if (prefetch) return;  // no room for a guess; a demand read goes over budget
+  }
+  e.state = State::kReading;
+  e.bytes = ref.bytes;
+  e.prefetched_unused = prefetch;
+  resident_bytes_ += ref.bytes;
+  if (prefetch) ++stats_.prefetches;
+  reads_.push_back({rank, index});
+  changed_.SignalAll();
+}
+
+void ParamCache::PrefetchLocked(uint32_t rank) {
+  const RankTrace& t = traces_[rank];
+  if (t.learned.empty()) return;
+  const size_t n = t.learned.size();
+  for (size_t d = 1; d <= lookahead_ && d < n; ++d) {
+    StartReadLocked(rank, t.learned[(t.position + d) % n], /*prefetch=*/true);
+  }
+}
+
+void ParamCache::IoLoop() {
+  while (true) {
+    std::pair<uint32_t, uint32_t> next;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && reads_.empty()) changed_.Wait(&mu_);
+      if (stopping_) return;
+      next = reads_.front();
+      reads_.pop_front();
+    }
+    ShardRef ref = locate_(next.first, next.second);
+    absl::StatusOr<uint64_t> got;
+    {
+      absl::MutexLock io(store_mu_);
+      got = store_->Read(HomeKey(job_id_, next.first, next.second),
+                         absl::Span<std::byte>(ref.slot, ref.bytes));
+    }
+    absl::MutexLock lock(&mu_);
+    Entry& e = entries_[next];
+    if (got.ok() && *got != ref.bytes) {
+      got = absl::DataLossError(absl::StrCat("param shard ", next.second, " of rank ", next.first,
+                                             " is ", *got, " bytes on NVMe, expected ", ref.bytes));
+    }
+    if (!got.ok()) {
+      e.read_error = got.status();
+      e.state = State::kAbsent;
+      resident_bytes_ -= e.bytes;
+    } else {
+      e.state = State::kResident;
+      stats_.bytes_read += ref.bytes;
+    }
+    changed_.SignalAll();
+  }
+}
+
+absl::Status ParamCache::Acquire(uint32_t rank, absl::Span<const uint32_t> indices, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time start = absl::Now();
+  RankTrace& t = traces_[rank];
+  for (uint32_t index : indices) {
+    t.current.push_back(index);
+    if (!t.learned.empty()) {
+      // Resynchronise: find the access in the learned order near where we are.
+      const size_t n = t.learned.size();
+      for (size_t d = 0; d < n; ++d) {
+        if (t.learned[(t.position + d) % n] == index) {
+          t.position = (t.position + d) % n;
+          break;
+        }
+      }
+    }
+    Entry& e = entries_[{rank, index}];
+    if (e.state == State::kResident) {
+      ++stats_.hits;
+    } else if (e.state == State::kReading) {
+      ++stats_.waits_in_flight;
+    } else {
+      ++stats_.misses;
+      StartReadLocked(rank, index, /*prefetch=*/false);
+    }
+    ++entries_[{rank, index}].pins;
+  }
+  PrefetchLocked(rank);
+  for (uint32_t index : indices) {
+    while (entries_[{rank, index}].state == State::kReading) {
+      if (changed_.WaitWithDeadline(&mu_, deadline)) {
+        if (entries_[{rank, index}].state == State::kReading) {
+          for (uint32_t i : indices) --entries_[{rank, i}].pins;
+          return absl::DeadlineExceededError(
+              absl::StrCat("param shard ", index, " of rank ", rank, " did not arrive from NVMe in time"));
+        }
+      }
+    }
+    Entry& e = entries_[{rank, index}];
+    e.prefetched_unused = false;
+    if (!e.read_error.ok() || e.state != State::kResident) {
+      absl::Status error = e.read_error.ok() ? absl::UnavailableError("read failed") : e.read_error;
+      for (uint32_t i : indices) --entries_[{rank, i}].pins;
+      return absl::Status(error.code(), absl::StrCat("reading param shard ", index, " of rank ", rank,
+                                                     " from NVMe: ", error.message()));
+    }
+  }
+  stats_.stall_s += absl::ToDoubleSeconds(absl::Now() - start);
+  return absl::OkStatus();
+}
+
+absl::Status ParamCache::Release(uint32_t rank, absl::Span<const uint32_t> indices) {
+  absl::MutexLock lock(&mu_);
+  for (uint32_t index : indices) {
+    auto it = entries_.find({rank, index});
+    if (it == entries_.end() || it->second.pins == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("param shard ", index, " of rank ", rank, " is not acquired"));
+    }
+  }
+  for (uint32_t index : indices) --entries_[{rank, index}].pins;
+  return absl::OkStatus();
+}
+
+void ParamCache::ReleaseAll(uint32_t rank) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, e] : entries_) {
+    if (key.first == rank) e.pins = 0;
+  }
+}
+
+void ParamCache::IterationBoundary(uint32_t rank) {
+  absl::MutexLock lock(&mu_);
+  RankTrace& t = traces_[rank];
+  if (!t.current.empty()) {
+    t.learned = std::move(t.current);
+    t.current.clear();
+  }
+  t.position = 0;
+  // Bring up the start of the next iteration while the step runs.
+  if (!t.learned.empty()) StartReadLocked(rank, t.learned[0], /*prefetch=*/true);
+  PrefetchLocked(rank);
+}
+
+ParamCacheStats ParamCache::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace strata

@@ -1,0 +1,114 @@
+// ParamCache: ZeRO-Infinity's params. Each rank's param shards live on NVMe
+// (their home, in the extent store) and are brought into the rank's exchange
+// region -- shared memory the trainer reads -- when the trainer acquires them,
+// or earlier, when the prefetcher predicts the access.
+//
+// Residency is bounded by a byte budget per job; a resident shard that is not
+// pinned may be dropped (it is a clean copy of its home), the one whose
+// predicted next use is farthest first. The prediction is the access order
+// learned from the previous iteration (prefetch/'s predictor does the same
+// with deviation tolerance for the tiered store).
+//
+// Thread-safe. Reads run on the cache's I/O thread, never under its lock.
+#ifndef STRATA_DAEMON_PARAM_CACHE_H_
+#define STRATA_DAEMON_PARAM_CACHE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace strata {
+
+class ExtentStore;
+
+struct ParamCacheStats {
+  uint64_t hits = 0;          // acquired while resident
+  uint64_t misses = 0;        // acquired while absent: the trainer waited for a read
+  uint64_t waits_in_flight = 0;  // acquired while a prefetch was still reading
+  uint64_t prefetches = 0;
+  uint64_t prefetches_unused = 0;  // dropped before any acquire
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  double stall_s = 0;          // time Acquire waited
+};
+
+class ParamCache {
+ public:
+  // `slot(rank, index)` is where shard (rank, index) lives in shared memory
+  // (4 KiB-aligned, `padded bytes` long); `home_key` names its NVMe home.
+  struct ShardRef {
+    std::byte* slot = nullptr;
+    uint64_t bytes = 0;
+  };
+  using Locate = std::function<ShardRef(uint32_t rank, uint32_t index)>;
+
+  // `store_mu` serializes every use of `store` in the daemon.
+  ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, absl::Mutex* store_mu,
+             Locate locate, uint64_t budget_bytes, uint32_t lookahead);
+  ~ParamCache();
+
+  // Writes the current contents of the rank's slot `index` to NVMe as the new
+  // home version; the slot stays resident (clean).
+  absl::Status StoreHome(uint32_t rank, uint32_t index);
+  // Makes the slots current and pins them. Waits for reads until `deadline`.
+  absl::Status Acquire(uint32_t rank, absl::Span<const uint32_t> indices, absl::Time deadline);
+  absl::Status Release(uint32_t rank, absl::Span<const uint32_t> indices);
+  void ReleaseAll(uint32_t rank);
+  void IterationBoundary(uint32_t rank);
+  // After the optimizer wrote new params into the slot of a pinned or
+  // resident shard and StoreHome saved them: nothing else to do. Marks every
+  // unpinned shard absent when the budget is exceeded.
+  ParamCacheStats stats() const;
+
+ private:
+  enum class State : uint8_t { kAbsent, kReading, kResident };
+  struct Entry {
+    State state = State::kAbsent;
+    int pins = 0;
+    bool prefetched_unused = false;
+    uint64_t bytes = 0;
+    absl::Status read_error;
+  };
+  struct RankTrace {
+    std::vector<uint32_t> learned;   // access order of the last full iteration
+    std::vector<uint32_t> current;   // this iteration so far
+    size_t position = 0;             // where `current` is in `learned`
+  };
+
+  void IoLoop();
+  void StartReadLocked(uint32_t rank, uint32_t index, bool prefetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool MakeRoomLocked(uint32_t rank, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PrefetchLocked(uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t DistanceLocked(uint32_t rank, uint32_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const uint64_t job_id_;
+  ExtentStore* const store_;
+  const Locate locate_;
+  const uint64_t budget_bytes_;
+  const uint32_t lookahead_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::vector<RankTrace> traces_ ABSL_GUARDED_BY(mu_);
+  uint64_t resident_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<std::pair<uint32_t, uint32_t>> reads_ ABSL_GUARDED_BY(mu_);
+  ParamCacheStats stats_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex* const store_mu_;
+  std::thread io_thread_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_DAEMON_PARAM_CACHE_H_

@@ -1,0 +1,56 @@
+// ShardStateStore: where a job's fp32 master params and optimizer states
+// live. Two implementations: HostShardStateStore (ZeRO-Offload: pinned host
+// memory) and NvmeShardStateStore (ZeRO-Infinity: the NVMe extent store,
+// streamed through pinned staging tiles).
+#ifndef STRATA_DAEMON_SHARD_STATE_STORE_H_
+#define STRATA_DAEMON_SHARD_STATE_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "optimizer_cpu/hyperparams.h"
+
+namespace strata {
+
+// One tile of a shard's states; null where the optimizer keeps no such state.
+struct StateTile {
+  uint64_t offset = 0;  // first element of the tile within the shard
+  uint64_t size = 0;    // elements
+  float* master = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  float* max_exp_avg_sq = nullptr;
+};
+
+struct ShardId {
+  uint32_t rank = 0;
+  uint32_t index = 0;
+};
+
+using TileFn = std::function<absl::Status(const ShardId&, const StateTile&)>;
+
+class ShardStateStore {
+ public:
+  virtual ~ShardStateStore() = default;
+
+  // Creates the states of shard (rank, index) with `numel` elements, zeroed.
+  virtual absl::Status Create(uint32_t rank, uint32_t index, uint64_t numel) = 0;
+
+  // Calls `fn` on every tile of `shards`, in order, with the states loaded,
+  // then persists what `fn` changed. An implementation that loads from slower
+  // storage overlaps loading the next tile and saving the previous one with
+  // `fn` on the current one. Stops at the first error.
+  virtual absl::Status Update(const std::vector<ShardId>& shards, const TileFn& fn) = 0;
+
+  // As Update, but nothing is written back.
+  virtual absl::Status Read(const std::vector<ShardId>& shards, const TileFn& fn) = 0;
+
+  // Bytes the store holds, for stats.
+  virtual uint64_t bytes() const = 0;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_DAEMON_SHARD_STATE_STORE_H_

@@ -1,0 +1,77 @@
+// StrataService: the gRPC handlers of strata.v1.Strata. Thin: each resolves
+// the caller's session, calls the job or the registry, and maps the Status.
+#ifndef STRATA_DAEMON_STRATA_SERVICE_H_
+#define STRATA_DAEMON_STRATA_SERVICE_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "daemon/daemon_config.h"
+#include "daemon/job_registry.h"
+#include "strata/v1/strata.grpc.pb.h"
+
+namespace strata {
+
+struct ServiceContext {
+  JobRegistry* registry = nullptr;
+  JobServices services;
+  strata::v1::DaemonConfig effective_config;
+  std::vector<std::string> startup_choices;
+  std::string fd_socket_path;
+  absl::Duration lease_timeout;
+  // Tier-level stats for GetStats (filled by the daemon).
+  std::function<std::vector<strata::v1::TierStats>()> tier_stats;
+  // Called by Drain: stop accepting, finish steps, flush.
+  std::function<void()> drain;
+};
+
+class StrataService final : public strata::v1::Strata::Service {
+ public:
+  explicit StrataService(ServiceContext context) : ctx_(std::move(context)) {}
+
+  grpc::Status GetStatus(grpc::ServerContext*, const strata::v1::GetStatusRequest*,
+                         strata::v1::GetStatusResponse*) override;
+  grpc::Status Noop(grpc::ServerContext*, const strata::v1::NoopRequest*, strata::v1::NoopResponse*) override;
+  grpc::Status CreateJob(grpc::ServerContext*, const strata::v1::CreateJobRequest*,
+                         strata::v1::CreateJobResponse*) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const strata::v1::ListJobsRequest*,
+                        strata::v1::ListJobsResponse*) override;
+  grpc::Status DeleteJob(grpc::ServerContext*, const strata::v1::DeleteJobRequest*,
+                         strata::v1::DeleteJobResponse*) override;
+  grpc::Status AttachRank(grpc::ServerContext*, const strata::v1::AttachRankRequest*,
+                          strata::v1::AttachRankResponse*) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const strata::v1::HeartbeatRequest*,
+                         strata::v1::HeartbeatResponse*) override;
+  grpc::Status DetachRank(grpc::ServerContext*, const strata::v1::DetachRankRequest*,
+                          strata::v1::DetachRankResponse*) override;
+  grpc::Status RegisterTensors(grpc::ServerContext*, const strata::v1::RegisterTensorsRequest*,
+                               strata::v1::RegisterTensorsResponse*) override;
+  grpc::Status InitParams(grpc::ServerContext*, const strata::v1::InitParamsRequest*,
+                          strata::v1::InitParamsResponse*) override;
+  grpc::Status GradReady(grpc::ServerContext*, const strata::v1::GradReadyRequest*,
+                         strata::v1::GradReadyResponse*) override;
+  grpc::Status WaitStep(grpc::ServerContext*, const strata::v1::WaitStepRequest*,
+                        strata::v1::WaitStepResponse*) override;
+  grpc::Status Acquire(grpc::ServerContext*, const strata::v1::AcquireRequest*,
+                       strata::v1::AcquireResponse*) override;
+  grpc::Status Release(grpc::ServerContext*, const strata::v1::ReleaseRequest*,
+                       strata::v1::ReleaseResponse*) override;
+  grpc::Status IterationBoundary(grpc::ServerContext*, const strata::v1::IterationBoundaryRequest*,
+                                 strata::v1::IterationBoundaryResponse*) override;
+  grpc::Status SaveCheckpoint(grpc::ServerContext*, const strata::v1::SaveCheckpointRequest*,
+                              strata::v1::SaveCheckpointResponse*) override;
+  grpc::Status LoadCheckpoint(grpc::ServerContext*, const strata::v1::LoadCheckpointRequest*,
+                              strata::v1::LoadCheckpointResponse*) override;
+  grpc::Status GetStats(grpc::ServerContext*, const strata::v1::GetStatsRequest*,
+                        strata::v1::GetStatsResponse*) override;
+  grpc::Status Drain(grpc::ServerContext*, const strata::v1::DrainRequest*, strata::v1::DrainResponse*) override;
+
+ private:
+  void FillJobInfo(const Job& job, strata::v1::JobInfo* info) const;
+  ServiceContext ctx_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_DAEMON_STRATA_SERVICE_H_
