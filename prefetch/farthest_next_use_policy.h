@@ -1,0 +1,32 @@
+// FarthestNextUsePolicy: Belady's rule on the predicted future. The victim is
+// the candidate whose predicted next use is farthest away; candidates with no
+// prediction at all go first, least recently used among them (LRU where
+// nothing is predicted), and among equals clean copies before dirty ones.
+//
+// For a prefetch (not a demand miss) it also enforces "do no harm": it
+// refuses to evict a copy predicted to be needed no later than the incoming
+// shard, since that would trade a sooner miss for a later hit.
+#ifndef STRATA_PREFETCH_FARTHEST_NEXT_USE_POLICY_H_
+#define STRATA_PREFETCH_FARTHEST_NEXT_USE_POLICY_H_
+
+#include "prefetch/access_predictor.h"
+#include "tiers/eviction_policy.h"
+
+namespace strata {
+
+class FarthestNextUsePolicy final : public EvictionPolicy {
+ public:
+  // `predictor` is borrowed, must outlive the policy and must be safe to call
+  // under the store's lock (LearnedPredictor and OracleAccessPredictor are).
+  explicit FarthestNextUsePolicy(const AccessPredictor* predictor) : predictor_(predictor) {}
+
+  std::optional<size_t> ChooseVictim(const EvictionRequest& request,
+                                     absl::Span<const EvictionCandidate> candidates) override;
+
+ private:
+  const AccessPredictor* const predictor_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_PREFETCH_FARTHEST_NEXT_USE_POLICY_H_

@@ -1,0 +1,92 @@
+// LearnedPredictor: the AccessPredictor strata runs for each job. It combines
+//  * an AccessTracer recording each iteration,
+//  * a TracePredictor following the learned iteration (resync, relearn),
+//  * a MarkovPredictor over shard transitions, used where the trace has
+//    nothing confident to say (no trace yet, lost, data-dependent accesses),
+//  * per-shard presence frequencies (how often a shard appears in an
+//    iteration), so that a shard used only in some iterations gets an
+//    expected next use of `distance + (1/p - 1) * iteration_length`.
+// Iteration boundaries come from the client (MarkIterationBoundary) or are
+// detected when the learned trace has been walked to its end and the next
+// access is the trace's first.
+//
+// Thread-safe: one internal mutex. The store calls NextUse (through the
+// eviction policy) with the store's lock held, so this class never calls the
+// store (lock order: store, then predictor).
+#ifndef STRATA_PREFETCH_LEARNED_PREDICTOR_H_
+#define STRATA_PREFETCH_LEARNED_PREDICTOR_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "prefetch/access_predictor.h"
+#include "prefetch/access_tracer.h"
+#include "prefetch/markov_predictor.h"
+#include "prefetch/trace_predictor.h"
+
+namespace strata {
+
+struct LearnedPredictorOptions {
+  TracePredictorOptions trace;
+  // Weight of the latest iteration in the presence frequency (an EMA).
+  double frequency_weight = 0.3;
+  // Trace entries whose shard appears in fewer iterations than this are not
+  // prefetched from the trace (they are guesses; the Markov model decides).
+  double min_confidence = 0.5;
+  // Markov successors at least this likely are prefetched next.
+  double markov_min_probability = 0.3;
+  // Detect boundaries when the client does not mark them.
+  bool detect_boundaries = true;
+};
+
+struct LearnedPredictorStats {
+  uint64_t accesses = 0;
+  uint64_t iterations = 0;
+  uint64_t detected_boundaries = 0;
+  uint64_t matched = 0;
+  uint64_t deviations = 0;  // skipped, extra or resynced accesses
+  uint64_t relearns = 0;
+};
+
+class LearnedPredictor final : public AccessPredictor {
+ public:
+  explicit LearnedPredictor(const LearnedPredictorOptions& options = {}) : options_(options),
+                                                                          trace_(options.trace) {}
+
+  void OnAccess(const ShardKey& key);
+  void MarkIterationBoundary();
+
+  double NextUse(const ShardKey& key) const override;
+  std::vector<PredictedAccess> Upcoming(size_t max_count) const override;
+
+  LearnedPredictorStats stats() const;
+  // The learned trace (a copy), for tests and the CLI.
+  std::vector<ShardKey> learned_trace() const;
+
+ private:
+  struct KeyStats {
+    double frequency = 1.0;
+    size_t last_offset = 0;  // position in its iteration when last seen
+    bool seen_this_iteration = false;
+  };
+  void EndIterationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double FrequencyLocked(const ShardKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const LearnedPredictorOptions options_;
+  mutable absl::Mutex mu_;
+  AccessTracer tracer_ ABSL_GUARDED_BY(mu_);
+  TracePredictor trace_ ABSL_GUARDED_BY(mu_);
+  MarkovPredictor markov_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ShardKey, KeyStats> keys_ ABSL_GUARDED_BY(mu_);
+  std::optional<ShardKey> last_key_ ABSL_GUARDED_BY(mu_);
+  bool lost_ ABSL_GUARDED_BY(mu_) = false;
+  LearnedPredictorStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata
+
+#endif  // STRATA_PREFETCH_LEARNED_PREDICTOR_H_

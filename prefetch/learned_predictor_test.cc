@@ -1,0 +1,113 @@
+#include "prefetch/learned_predictor.h"
+
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace strata {
+namespace {
+
+ShardKey K(uint32_t t) { return ShardKey{JobId(1), Rank(0), TensorId(t)}; }
+
+// Forward 0..n-1, backward n-1..0.
+std::vector<ShardKey> Iteration(uint32_t n, uint32_t base = 0) {
+  std::vector<ShardKey> out;
+  for (uint32_t i = 0; i < n; ++i) out.push_back(K(base + i));
+  for (uint32_t i = n; i-- > 0;) out.push_back(K(base + i));
+  return out;
+}
+
+void Feed(LearnedPredictor& p, const std::vector<ShardKey>& seq, bool mark) {
+  for (const ShardKey& k : seq) p.OnAccess(k);
+  if (mark) p.MarkIterationBoundary();
+}
+
+TEST(LearnedPredictorTest, LearnsAnIterationAndPredictsTheNext) {
+  LearnedPredictor p;
+  EXPECT_TRUE(p.Upcoming(4).empty());
+  Feed(p, Iteration(6), true);
+  p.OnAccess(K(0));
+  p.OnAccess(K(1));
+  std::vector<PredictedAccess> next = p.Upcoming(3);
+  ASSERT_EQ(next.size(), 3u);
+  EXPECT_EQ(next[0].key, K(2));
+  EXPECT_EQ(next[1].key, K(3));
+  EXPECT_EQ(next[2].key, K(4));
+  EXPECT_EQ(p.NextUse(K(2)), 0);
+  EXPECT_EQ(p.NextUse(K(1)), 8);  // in backward
+  EXPECT_EQ(p.NextUse(K(5)), 3);
+  EXPECT_EQ(p.stats().relearns, 1u);
+}
+
+TEST(LearnedPredictorTest, ResyncsAfterADeviationWithoutRelearning) {
+  LearnedPredictor p;
+  const std::vector<ShardKey> it = Iteration(20);
+  Feed(p, it, true);
+  std::vector<ShardKey> deviating = it;
+  deviating.erase(deviating.begin() + 3);  // skipped K(3)
+  for (size_t i = 0; i < 10; ++i) p.OnAccess(deviating[i]);
+  // After the skip the prediction is back in step: deviating[10] is next.
+  EXPECT_EQ(p.Upcoming(1).at(0).key, deviating[10]);
+  for (size_t i = 10; i < deviating.size(); ++i) p.OnAccess(deviating[i]);
+  p.MarkIterationBoundary();
+  EXPECT_EQ(p.learned_trace(), it);  // a one-off: kept
+  EXPECT_EQ(p.stats().relearns, 1u);
+}
+
+TEST(LearnedPredictorTest, RelearnsWhenThePatternChanges) {
+  LearnedPredictor p;
+  for (int i = 0; i < 3; ++i) Feed(p, Iteration(10), true);
+  const std::vector<ShardKey> changed = Iteration(7, 100);
+  Feed(p, changed, true);
+  EXPECT_EQ(p.learned_trace(), changed);
+  p.OnAccess(K(100));
+  EXPECT_EQ(p.Upcoming(1).at(0).key, K(101));
+}
+
+TEST(LearnedPredictorTest, DetectsIterationBoundariesTheClientDidNotMark) {
+  LearnedPredictor p;
+  const std::vector<ShardKey> it = Iteration(8);
+  Feed(p, it, true);  // the first iteration must be marked (or relearned)
+  Feed(p, it, false);
+  Feed(p, it, false);
+  p.OnAccess(K(0));
+  EXPECT_EQ(p.stats().detected_boundaries, 2u);
+  EXPECT_EQ(p.stats().iterations, 3u);
+  EXPECT_EQ(p.Upcoming(1).at(0).key, K(1));
+  EXPECT_EQ(p.stats().deviations, 0u);
+}
+
+TEST(LearnedPredictorTest, ShardsUsedInFewIterationsArePredictedFartherAway) {
+  LearnedPredictor p;
+  // 1 -> (2 every iteration) -> (3 in odd iterations only) -> 4
+  for (int i = 0; i < 8; ++i) {
+    p.OnAccess(K(1));
+    p.OnAccess(K(2));
+    if (i % 2 == 1) p.OnAccess(K(3));
+    p.OnAccess(K(4));
+    p.MarkIterationBoundary();
+  }
+  p.OnAccess(K(1));
+  EXPECT_EQ(p.NextUse(K(2)), 0);
+  EXPECT_GT(p.NextUse(K(3)), p.NextUse(K(4)));
+}
+
+TEST(LearnedPredictorTest, MarkovFallbackPrefetchesTheLikelyExpert) {
+  LearnedPredictor p;
+  std::mt19937 rng(301);
+  // Router 1 picks expert 10 three times in four, else expert 11; then 2.
+  for (int i = 0; i < 40; ++i) {
+    p.OnAccess(K(1));
+    p.OnAccess(K(rng() % 4 == 0 ? 11 : 10));
+    p.OnAccess(K(2));
+    p.MarkIterationBoundary();
+  }
+  p.OnAccess(K(1));
+  std::vector<PredictedAccess> next = p.Upcoming(2);
+  ASSERT_FALSE(next.empty());
+  EXPECT_EQ(next[0].key, K(10));
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,66 @@
+// PrefetchScheduler: turns predictions into promotions. Each Pump() walks the
+// predicted future from the current position and promotes, nearest first,
+// every shard not yet in the target tier, within a lookahead window bounded
+// in shards and in bytes (DeepSpeed's stage3_max_live_parameters and
+// stage3_prefetch_bucket_size play these roles) and a cap on promotions in
+// flight. Promotions go through the store, so they run on its executor and
+// I/O engine and evict by the store's policy; with FarthestNextUsePolicy a
+// promotion that would evict something needed sooner is refused, and the
+// pump stops there (anything farther would be refused too).
+//
+// Thread-compatible: one thread pumps a scheduler (the job's access path).
+// It never holds a lock while calling the store.
+#ifndef STRATA_PREFETCH_PREFETCH_SCHEDULER_H_
+#define STRATA_PREFETCH_PREFETCH_SCHEDULER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "prefetch/access_predictor.h"
+#include "tiers/tiered_store.h"
+
+namespace strata {
+
+struct PrefetchSchedulerOptions {
+  TierKind tier = TierKind::kDevice;  // where prefetched shards go
+  size_t lookahead_count = 8;
+  uint64_t lookahead_bytes = 1ull << 30;
+  size_t max_in_flight = 8;
+};
+
+struct IssuedPrefetch {
+  ShardKey key;
+  TransferHandle transfer;
+};
+
+struct PrefetchSchedulerStats {
+  uint64_t pumps = 0;
+  uint64_t issued = 0;
+  uint64_t refused = 0;  // a promotion the store or the policy turned down
+};
+
+class PrefetchScheduler {
+ public:
+  // `store` and `predictor` are borrowed and must outlive the scheduler.
+  PrefetchScheduler(TieredStore* store, const AccessPredictor* predictor,
+                    const PrefetchSchedulerOptions& options);
+
+  // Issues the promotions the window calls for; returns them in issue order.
+  std::vector<IssuedPrefetch> Pump();
+
+  const PrefetchSchedulerStats& stats() const { return stats_; }
+
+ private:
+  TieredStore* const store_;
+  const AccessPredictor* const predictor_;
+  const PrefetchSchedulerOptions options_;
+  std::vector<TransferHandle> in_flight_;
+  absl::flat_hash_map<ShardKey, uint64_t> sizes_;
+  PrefetchSchedulerStats stats_;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_PREFETCH_PREFETCH_SCHEDULER_H_

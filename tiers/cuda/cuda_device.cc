@@ -1,0 +1,203 @@
+// CudaDevice: the Device over the CUDA runtime. One cudaMalloc arena per
+// device, sub-allocated with SlotAllocator; cudaMemcpyAsync on non-blocking
+// streams; events created per record and destroyed once waited for.
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/byte_size.h"
+#include "core/status_macros.h"
+#include "tiers/cuda/cuda_status.h"
+#include "tiers/cuda_device_factory.h"
+#include "tiers/slot_allocator.h"
+
+namespace strata {
+namespace {
+
+// 256 bytes: cudaMalloc's own alignment guarantee, kept for every slot
+// so vectorized kernels can run on any shard.
+constexpr uint64_t kSlotAlignment = 256;
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int ordinal, DeviceInfo info, void* arena, uint64_t arena_bytes)
+      : ordinal_(ordinal),
+        info_(std::move(info)),
+        arena_(static_cast<std::byte*>(arena)),
+        allocator_(arena_bytes, kSlotAlignment) {}
+
+  ~CudaDevice() override {
+    // Errors here cannot be reported; the context is going away with us.
+    cudaSetDevice(ordinal_);
+    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
+    for (auto& [id, e] : events_) cudaEventDestroy(e);
+    cudaFree(arena_);
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+
+  uint64_t allocated_bytes() const override {
+    absl::MutexLock lock(&mu_);
+    return allocator_.used_bytes();
+  }
+
+  absl::StatusOr<DeviceBuffer> Allocate(uint64_t size_bytes) override {
+    if (size_bytes == 0) return absl::InvalidArgumentError("CUDA device: allocating 0 bytes");
+    absl::MutexLock lock(&mu_);
+    auto range = allocator_.Allocate(size_bytes);
+    if (!range.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(info_.name, ": device arena: ", range.status().message()));
+    }
+    const uint64_t handle = reinterpret_cast<uint64_t>(arena_ + range->offset_bytes);
+    ranges_[handle] = *range;
+    return DeviceBuffer{handle, size_bytes};
+  }
+
+  void Free(DeviceBuffer buffer) override {
+    absl::MutexLock lock(&mu_);
+    auto it = ranges_.find(buffer.handle);
+    if (it == ranges_.end()) return;
+    allocator_.Free(it->second);
+    ranges_.erase(it);
+  }
+
+  absl::StatusOr<StreamId> CreateStream() override {
+    STRATA_RETURN_IF_ERROR(CudaToStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    cudaStream_t stream;
+    STRATA_RETURN_IF_ERROR(CudaToStatus(
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a copy stream"));
+    absl::MutexLock lock(&mu_);
+    streams_.push_back(stream);
+    return StreamId{static_cast<uint32_t>(streams_.size())};
+  }
+
+  absl::Status CopyToDevice(DeviceBuffer dst, uint64_t dst_offset_bytes, const void* src,
+                            uint64_t size_bytes, StreamId stream) override {
+    STRATA_ASSIGN_OR_RETURN(cudaStream_t s, Stream(stream));
+    STRATA_RETURN_IF_ERROR(CheckRange(dst, dst_offset_bytes, size_bytes));
+    void* device = reinterpret_cast<std::byte*>(dst.handle) + dst_offset_bytes;
+    return CudaToStatus(cudaMemcpyAsync(device, src, size_bytes, cudaMemcpyHostToDevice, s),
+                        "queueing a host-to-device copy");
+  }
+
+  absl::Status CopyToHost(void* dst, DeviceBuffer src, uint64_t src_offset_bytes,
+                          uint64_t size_bytes, StreamId stream) override {
+    STRATA_ASSIGN_OR_RETURN(cudaStream_t s, Stream(stream));
+    STRATA_RETURN_IF_ERROR(CheckRange(src, src_offset_bytes, size_bytes));
+    const void* device = reinterpret_cast<const std::byte*>(src.handle) + src_offset_bytes;
+    return CudaToStatus(cudaMemcpyAsync(dst, device, size_bytes, cudaMemcpyDeviceToHost, s),
+                        "queueing a device-to-host copy");
+  }
+
+  absl::StatusOr<EventId> RecordEvent(StreamId stream) override {
+    STRATA_ASSIGN_OR_RETURN(cudaStream_t s, Stream(stream));
+    cudaEvent_t event;
+    STRATA_RETURN_IF_ERROR(CudaToStatus(
+        cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creating an event"));
+    absl::Status recorded = CudaToStatus(cudaEventRecord(event, s), "recording an event");
+    if (!recorded.ok()) {
+      cudaEventDestroy(event);
+      return recorded;
+    }
+    absl::MutexLock lock(&mu_);
+    const uint64_t id = next_event_++;
+    events_[id] = event;
+    return EventId{id};
+  }
+
+  absl::Status WaitEvent(EventId event) override {
+    cudaEvent_t e;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = events_.find(event.value);
+      if (it == events_.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("CUDA device: unknown or already waited event ", event.value));
+      }
+      e = it->second;
+      events_.erase(it);
+    }
+    // Synchronizing without the lock: other threads keep queueing copies.
+    absl::Status status = CudaToStatus(cudaEventSynchronize(e), "waiting for copies");
+    cudaEventDestroy(e);
+    return status;
+  }
+
+ private:
+  absl::StatusOr<cudaStream_t> Stream(StreamId id) {
+    absl::MutexLock lock(&mu_);
+    if (id.value == 0 || id.value > streams_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("CUDA device: unknown stream ", id.value));
+    }
+    return streams_[id.value - 1];
+  }
+
+  absl::Status CheckRange(DeviceBuffer buffer, uint64_t offset_bytes, uint64_t size_bytes) {
+    absl::MutexLock lock(&mu_);
+    if (!ranges_.contains(buffer.handle)) {
+      return absl::InvalidArgumentError("CUDA device: unknown buffer");
+    }
+    if (offset_bytes > buffer.size_bytes || size_bytes > buffer.size_bytes - offset_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CUDA device: copy of ", size_bytes, " bytes at offset ", offset_bytes,
+          " is outside a buffer of ", buffer.size_bytes, " bytes"));
+    }
+    return absl::OkStatus();
+  }
+
+  const int ordinal_;
+  const DeviceInfo info_;
+  std::byte* const arena_;
+
+  mutable absl::Mutex mu_;
+  SlotAllocator allocator_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, SlotRange> ranges_ ABSL_GUARDED_BY(mu_);
+  std::vector<cudaStream_t> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, cudaEvent_t> events_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_event_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace
+
+absl::StatusOr<int> CudaDeviceCount() {
+  int count = 0;
+  // Any failure here means "no usable GPU on this machine" (no driver, no
+  // device, a container without /dev/nvidia*), which callers treat alike.
+  absl::Status status = CudaToStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (!status.ok()) return absl::FailedPreconditionError(status.message());
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(const CudaDeviceOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(int count, CudaDeviceCount());
+  if (options.device_ordinal < 0 || options.device_ordinal >= count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA device ", options.device_ordinal, " requested but ", count, " visible"));
+  }
+  if (options.arena_bytes == 0 || options.arena_bytes % kSlotAlignment != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device: arena_bytes must be a positive multiple of ", kSlotAlignment));
+  }
+  STRATA_RETURN_IF_ERROR(CudaToStatus(cudaSetDevice(options.device_ordinal), "cudaSetDevice"));
+  cudaDeviceProp prop;
+  STRATA_RETURN_IF_ERROR(CudaToStatus(
+      cudaGetDeviceProperties(&prop, options.device_ordinal), "cudaGetDeviceProperties"));
+  void* arena = nullptr;
+  STRATA_RETURN_IF_ERROR(CudaToStatus(
+      cudaMalloc(&arena, options.arena_bytes),
+      absl::StrCat("allocating a ", FormatBytes(options.arena_bytes), " device arena on cuda:",
+                   options.device_ordinal)));
+  DeviceInfo info{absl::StrCat(prop.name, " (cuda:", options.device_ordinal, ")"),
+                  options.arena_bytes};
+  return std::unique_ptr<Device>(
+      new CudaDevice(options.device_ordinal, std::move(info), arena, options.arena_bytes));
+}
+
+}  // namespace strata

@@ -1,0 +1,47 @@
+#include "tiers/slot_allocator.h"
+
+#include "gtest/gtest.h"
+
+namespace strata {
+namespace {
+
+TEST(SlotAllocatorTest, RoundsUpToAlignmentAndRunsOutAtCapacity) {
+  SlotAllocator a(16384, 4096);
+  auto first = a.Allocate(1);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->offset_bytes, 0u);
+  EXPECT_EQ(first->size_bytes, 4096u);
+  auto second = a.Allocate(8192);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->offset_bytes, 4096u);
+  EXPECT_EQ(a.used_bytes(), 12288u);
+  auto third = a.Allocate(8192);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(a.Allocate(4096).ok());
+}
+
+TEST(SlotAllocatorTest, FreeCoalescesNeighboursSoLargeSlotsFitAgain) {
+  SlotAllocator a(4 * 4096, 4096);
+  SlotRange r[4];
+  for (auto& x : r) {
+    auto s = a.Allocate(4096);
+    ASSERT_TRUE(s.ok());
+    x = *s;
+  }
+  a.Free(r[1]);
+  a.Free(r[3]);
+  EXPECT_EQ(a.largest_free_bytes(), 4096u);
+  EXPECT_FALSE(a.Allocate(8192).ok());
+  a.Free(r[2]);  // joins 1..3
+  EXPECT_EQ(a.largest_free_bytes(), 3 * 4096u);
+  auto big = a.Allocate(3 * 4096);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->offset_bytes, 4096u);
+  a.Free(r[0]);
+  a.Free(*big);
+  EXPECT_EQ(a.used_bytes(), 0u);
+  EXPECT_EQ(a.largest_free_bytes(), 4 * 4096u);
+}
+
+}  // namespace
+}  // namespace strata

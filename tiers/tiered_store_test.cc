@@ -1,0 +1,331 @@
+#include "tiers/tiered_store.h"
+
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tiers/testing/store_world.h"
+
+namespace strata {
+namespace {
+
+constexpr size_t kShard = 64 << 10;  // 8 fit in the 512 KiB device tier
+constexpr TierKind kDev = TierKind::kDevice;
+constexpr TierKind kHome = TierKind::kPinnedHost;
+
+class TieredStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Build({}); }
+  void Build(const StoreWorldOptions& options) {
+    world_.reset();
+    auto world = StoreWorld::Create(options);
+    ASSERT_TRUE(world.ok()) << world.status();
+    world_ = std::move(*world);
+  }
+  TieredStore& store() { return *world_->store; }
+  void Add(uint32_t tensor, uint64_t job = 1) {
+    ASSERT_TRUE(store().AddShard(TestKey(tensor, job), kHome, Filled(kShard, tensor)).ok());
+  }
+  std::vector<std::byte> ReadVia(uint32_t tensor, TierKind tier, uint64_t job = 1) {
+    auto lease = store().Acquire(TestKey(tensor, job), tier, AccessMode::kRead);
+    EXPECT_TRUE(lease.ok()) << lease.status();
+    if (!lease.ok()) return {};
+    std::vector<std::byte> out(kShard);
+    EXPECT_TRUE(store().ReadShard(*lease, absl::MakeSpan(out)).ok());
+    EXPECT_TRUE(store().Release(lease->id, false).ok());
+    return out;
+  }
+  void ExpectInvariants() {
+    absl::Status s = store().CheckInvariants();
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  std::unique_ptr<StoreWorld> world_;
+};
+
+TEST_F(TieredStoreTest, AcquireInDevicePromotesAndReturnsTheData) {
+  Add(7);
+  EXPECT_FALSE(store().IsResident(TestKey(7), kDev));
+  EXPECT_EQ(ReadVia(7, kDev), Filled(kShard, 7));
+  EXPECT_TRUE(store().IsResident(TestKey(7), kDev));
+  const StoreStats stats = store().stats();
+  EXPECT_EQ(stats.tier(kDev).acquire_misses, 1u);
+  EXPECT_EQ(ReadVia(7, kDev), Filled(kShard, 7));
+  EXPECT_EQ(store().stats().tier(kDev).acquire_hits, 1u);
+  EXPECT_EQ(store().stats().bytes_up, kShard);
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, AcquireWaitsForTheInFlightPromotionInsteadOfStartingAnother) {
+  Add(1);
+  world_->home->CloseReadGate();
+  auto promote = store().Promote(TestKey(1), kDev);
+  ASSERT_TRUE(promote.ok());
+  world_->home->AwaitReadsStarted(1);
+  auto again = store().Promote(TestKey(1), kDev);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(promote->get(), again->get());  // the same transfer
+  EXPECT_TRUE(store().IsInFlight(TestKey(1), kDev));
+
+  absl::StatusOr<Lease> lease;
+  std::thread client([&] { lease = store().Acquire(TestKey(1), kDev, AccessMode::kRead); });
+  // The client has counted its miss (under the store's lock) before it waits.
+  while (store().stats().tier(kDev).acquire_misses == 0) std::this_thread::yield();
+  EXPECT_FALSE((*promote)->done());
+  world_->home->OpenReadGate();
+  client.join();
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_TRUE((*promote)->Wait().ok());
+  EXPECT_EQ(world_->home->reads(), 1u);  // one promotion read the home copy
+  EXPECT_EQ(store().stats().tier(kDev).promotions, 1u);
+  EXPECT_EQ(store().stats().tier(kDev).acquire_misses, 1u);
+  ASSERT_TRUE(store().Release(lease->id, false).ok());
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, PromotionIntoAFullTierEvictsTheLeastRecentlyUsed) {
+  for (uint32_t t = 1; t <= 9; ++t) Add(t);
+  for (uint32_t t = 1; t <= 8; ++t) ReadVia(t, kDev);
+  ReadVia(1, kDev);  // 2 is now the least recently used
+  ReadVia(9, kDev);
+  EXPECT_FALSE(store().IsResident(TestKey(2), kDev));
+  EXPECT_TRUE(store().IsResident(TestKey(1), kDev));
+  EXPECT_TRUE(store().IsResident(TestKey(9), kDev));
+  EXPECT_EQ(store().stats().tier(kDev).evictions, 1u);
+  EXPECT_EQ(store().charged_bytes(kDev), 8 * kShard);
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, PinnedCopiesAreNeverEvicted) {
+  for (uint32_t t = 1; t <= 9; ++t) Add(t);
+  std::vector<Lease> leases;
+  for (uint32_t t = 1; t <= 8; ++t) {
+    auto lease = store().Acquire(TestKey(t), kDev, AccessMode::kRead);
+    ASSERT_TRUE(lease.ok());
+    leases.push_back(*lease);
+  }
+  auto ninth = store().Acquire(TestKey(9), kDev, AccessMode::kRead);
+  EXPECT_EQ(ninth.status().code(), absl::StatusCode::kResourceExhausted) << ninth.status();
+  for (uint32_t t = 1; t <= 8; ++t) EXPECT_TRUE(store().IsResident(TestKey(t), kDev));
+  ExpectInvariants();
+  ASSERT_TRUE(store().Release(leases[3].id, false).ok());
+  EXPECT_TRUE(store().Acquire(TestKey(9), kDev, AccessMode::kRead).ok());
+  EXPECT_FALSE(store().IsResident(TestKey(4), kDev));
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, DirtyCopyIsWrittenBackBeforeEviction) {
+  for (uint32_t t = 1; t <= 9; ++t) Add(t);
+  auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kWrite);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(store().WriteShard(*lease, Filled(kShard, 0xee)).ok());
+  ASSERT_TRUE(store().Release(lease->id, true).ok());
+  EXPECT_TRUE(store().Describe(TestKey(1))->dirty);
+  for (uint32_t t = 2; t <= 9; ++t) ReadVia(t, kDev);  // evicts 1
+  EXPECT_FALSE(store().IsResident(TestKey(1), kDev));
+  EXPECT_FALSE(store().Describe(TestKey(1))->dirty);
+  EXPECT_EQ(store().stats().tier(kDev).write_backs, 1u);
+  EXPECT_EQ(store().stats().bytes_down, kShard);
+  EXPECT_EQ(ReadVia(1, kHome), Filled(kShard, 0xee));
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, FailedWriteBackKeepsTheDirtyDataAndFailsThePromotion) {
+  for (uint32_t t = 1; t <= 9; ++t) Add(t);
+  auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kWrite);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(store().WriteShard(*lease, Filled(kShard, 0xab)).ok());
+  ASSERT_TRUE(store().Release(lease->id, true).ok());
+  for (uint32_t t = 2; t <= 8; ++t) ReadVia(t, kDev);
+  world_->home->FailNthWrite(1);
+  auto ninth = store().Acquire(TestKey(9), kDev, AccessMode::kRead);
+  EXPECT_EQ(ninth.status().code(), absl::StatusCode::kDataLoss) << ninth.status();
+  EXPECT_TRUE(store().IsResident(TestKey(1), kDev));
+  EXPECT_TRUE(store().Describe(TestKey(1))->dirty);
+  ExpectInvariants();
+  // The next attempt succeeds and the data reaches home.
+  EXPECT_TRUE(store().Acquire(TestKey(9), kDev, AccessMode::kRead).ok());
+  EXPECT_EQ(ReadVia(1, kHome), Filled(kShard, 0xab));
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, FailedPromotionReturnsTheErrorAndReleasesItsCharge) {
+  Add(1);
+  world_->home->FailNthRead(1);
+  auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kRead);
+  EXPECT_EQ(lease.status().code(), absl::StatusCode::kDataLoss) << lease.status();
+  EXPECT_NE(lease.status().message().find("job1/rank0/t1"), std::string::npos);
+  EXPECT_EQ(store().charged_bytes(kDev), 0u);
+  ExpectInvariants();
+  EXPECT_EQ(ReadVia(1, kDev), Filled(kShard, 1));
+}
+
+TEST_F(TieredStoreTest, ExpiredLeasesLoseTheirPins) {
+  Add(1);
+  auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kRead, absl::Seconds(10));
+  ASSERT_TRUE(lease.ok());
+  world_->clock.Advance(absl::Seconds(9));
+  EXPECT_EQ(store().ExpireLeases(), 0u);
+  ASSERT_TRUE(store().RenewLease(lease->id, absl::Seconds(10)).ok());
+  world_->clock.Advance(absl::Seconds(9));
+  EXPECT_EQ(store().ExpireLeases(), 0u);
+  world_->clock.Advance(absl::Seconds(2));
+  EXPECT_EQ(store().ExpireLeases(), 1u);
+  EXPECT_EQ(store().Describe(TestKey(1))->pins[TierIndex(kDev)], 0);
+  EXPECT_EQ(store().Release(lease->id, false).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store().stats().leases_expired, 1u);
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, EvictionReclaimsPinsOfDeadClientsWhenEverythingIsPinned) {
+  for (uint32_t t = 1; t <= 9; ++t) Add(t);
+  for (uint32_t t = 1; t <= 8; ++t) {
+    ASSERT_TRUE(store().Acquire(TestKey(t), kDev, AccessMode::kRead, absl::Seconds(5)).ok());
+  }
+  EXPECT_EQ(store().Acquire(TestKey(9), kDev, AccessMode::kRead).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  world_->clock.Advance(absl::Seconds(6));  // every holder is presumed dead
+  EXPECT_TRUE(store().Acquire(TestKey(9), kDev, AccessMode::kRead).ok());
+  EXPECT_EQ(store().stats().leases_expired, 8u);
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, JobBudgetEvictsTheJobsOwnCopiesOnly) {
+  for (uint32_t t = 1; t <= 4; ++t) Add(t, /*job=*/1);
+  for (uint32_t t = 1; t <= 2; ++t) Add(t, /*job=*/2);
+  ASSERT_TRUE(store().SetJobBudget(JobId(1), kDev, 2 * kShard).ok());
+  ReadVia(1, kDev, 2);
+  ReadVia(2, kDev, 2);
+  for (uint32_t t = 1; t <= 4; ++t) ReadVia(t, kDev, 1);
+  EXPECT_EQ(store().job_charged_bytes(JobId(1), kDev), 2 * kShard);
+  EXPECT_TRUE(store().IsResident(TestKey(1, 2), kDev));
+  EXPECT_TRUE(store().IsResident(TestKey(2, 2), kDev));
+  EXPECT_TRUE(store().IsResident(TestKey(3, 1), kDev));
+  EXPECT_TRUE(store().IsResident(TestKey(4, 1), kDev));
+  EXPECT_FALSE(store().IsResident(TestKey(1, 1), kDev));
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, DemoteWritesBackAndDropsTheCopy) {
+  Add(1);
+  auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kWrite);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(store().WriteShard(*lease, Filled(kShard, 0x42)).ok());
+  auto pinned = store().Demote(TestKey(1), kHome);
+  EXPECT_EQ(pinned.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store().Release(lease->id, true).ok());
+  auto demote = store().Demote(TestKey(1), kHome);
+  ASSERT_TRUE(demote.ok());
+  ASSERT_TRUE((*demote)->Wait().ok());
+  EXPECT_EQ((*demote)->bytes_down(), kShard);
+  EXPECT_FALSE(store().IsResident(TestKey(1), kDev));
+  EXPECT_EQ(store().charged_bytes(kDev), 0u);
+  EXPECT_EQ(ReadVia(1, kHome), Filled(kShard, 0x42));
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, WritingTheHomeCopyDropsTheStaleCachedCopy) {
+  Add(1);
+  ReadVia(1, kDev);
+  auto lease = store().Acquire(TestKey(1), kHome, AccessMode::kWrite);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(store().WriteShard(*lease, Filled(kShard, 9)).ok());
+  ASSERT_TRUE(store().Release(lease->id, true).ok());
+  EXPECT_FALSE(store().IsResident(TestKey(1), kDev));
+  EXPECT_EQ(store().charged_bytes(kDev), 0u);
+  EXPECT_EQ(ReadVia(1, kDev), Filled(kShard, 9));
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, HomeAcquireOfADirtyShardWritesItBackFirst) {
+  Add(1);
+  auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kWrite);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(store().WriteShard(*lease, Filled(kShard, 0x77)).ok());
+  ASSERT_TRUE(store().Release(lease->id, true).ok());
+  EXPECT_EQ(ReadVia(1, kHome), Filled(kShard, 0x77));
+  EXPECT_FALSE(store().Describe(TestKey(1))->dirty);
+  EXPECT_TRUE(store().IsResident(TestKey(1), kDev));  // still current: kept
+  ExpectInvariants();
+}
+
+// A policy that never gives anything up.
+class KeepEverythingPolicy final : public EvictionPolicy {
+ public:
+  std::optional<size_t> ChooseVictim(const EvictionRequest& request,
+                                     absl::Span<const EvictionCandidate>) override {
+    ++calls;
+    last_demand = request.demand;
+    return std::nullopt;
+  }
+  int calls = 0;
+  bool last_demand = false;
+};
+
+TEST_F(TieredStoreTest, PolicyRefusalFailsThePromotionWithoutSideEffects) {
+  KeepEverythingPolicy policy;
+  Build({.policy = &policy});
+  for (uint32_t t = 1; t <= 9; ++t) Add(t);
+  for (uint32_t t = 1; t <= 8; ++t) ReadVia(t, kDev);
+  auto promote = store().Promote(TestKey(9), kDev, {.prefetch = true});
+  EXPECT_EQ(promote.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(promote.status().message().find("needed sooner"), std::string::npos)
+      << promote.status();
+  EXPECT_EQ(policy.calls, 1);
+  EXPECT_FALSE(policy.last_demand);
+  for (uint32_t t = 1; t <= 8; ++t) EXPECT_TRUE(store().IsResident(TestKey(t), kDev));
+  EXPECT_EQ(store().stats().prefetches_issued, 0u);
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, PrefetchesAreCountedAsUsedOrWasted) {
+  for (uint32_t t = 1; t <= 10; ++t) Add(t);
+  for (uint32_t t = 1; t <= 8; ++t) {
+    auto p = store().Promote(TestKey(t), kDev, {.prefetch = true});
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->Wait().ok());
+  }
+  ReadVia(1, kDev);
+  ReadVia(9, kDev);   // evicts 2, a prefetch never used
+  ReadVia(10, kDev);  // evicts 3
+  const StoreStats s = store().stats();
+  EXPECT_EQ(s.prefetches_issued, 8u);
+  EXPECT_EQ(s.prefetches_used, 1u);
+  EXPECT_EQ(s.prefetches_wasted, 2u);
+}
+
+TEST_F(TieredStoreTest, RemoveShardRefusesWhilePinnedAndFreesEverything) {
+  Add(1);
+  auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kRead);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(store().RemoveShard(TestKey(1)).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store().Release(lease->id, false).ok());
+  ASSERT_TRUE(store().RemoveShard(TestKey(1)).ok());
+  EXPECT_EQ(store().charged_bytes(kDev), 0u);
+  EXPECT_EQ(store().charged_bytes(kHome), 0u);
+  EXPECT_EQ(world_->pinned->used_bytes(), 0u);
+  EXPECT_EQ(store().Acquire(TestKey(1), kDev, AccessMode::kRead).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(TieredStoreTest, HomeTierFullIsResourceExhausted) {
+  Build({.home_bytes = 128 << 10});
+  Add(1);
+  Add(2);
+  EXPECT_EQ(store().AddShard(TestKey(3), kHome, Filled(kShard, 3)).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store().AddShard(TestKey(1), kHome, Filled(kShard, 3)).code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(TieredStoreTest, ReadLeaseCannotBeReleasedDirtyNorWritten) {
+  Add(1);
+  auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kRead);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(store().WriteShard(*lease, Filled(kShard, 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store().Release(lease->id, true).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store().Release(lease->id, false).ok());
+}
+
+}  // namespace
+}  // namespace strata
