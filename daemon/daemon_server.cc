@@ -1,5 +1,6 @@
 #include "daemon/daemon_server.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -170,6 +171,8 @@ void DaemonServer::AcceptLoop(int listen_fd, bool grpc_socket) {
     if (!conn.valid()) continue;
     if (!PeerAllowed(conn.get())) continue;  // closing is the refusal
     if (grpc_socket) {
+      // gRPC's event engine expects a non-blocking socket.
+      fcntl(conn.get(), F_SETFL, fcntl(conn.get(), F_GETFL) | O_NONBLOCK);
       grpc::AddInsecureChannelFromFd(grpc_server_.get(), conn.release());
     } else {
       ServeFdRequest(std::move(conn));
@@ -214,11 +217,12 @@ void DaemonServer::Stop() {
   if (registry_ != nullptr) registry_->StartDraining();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
-  if (grpc_server_ != nullptr) grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  // Jobs finish the step whose gradients are in, then their workers stop.
+  // Jobs finish the step whose gradients are in, then their workers stop;
+  // then the RPCs still waiting are answered and the server closes.
   if (registry_ != nullptr) {
     for (const auto& job : registry_->Jobs()) job->Stop();
   }
+  if (grpc_server_ != nullptr) grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (nvme_ != nullptr) {
     absl::MutexLock lock(&nvme_mu_);
     absl::Status s = nvme_->Sync();

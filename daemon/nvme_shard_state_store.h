@@ -17,6 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "core/shard_key.h"
 #include "daemon/shard_state_store.h"
 #include "tiers/pinned_arena.h"
 

@@ -1,0 +1,343 @@
+// stratad end to end: real daemon process, real client, shared memory.
+#include <pwd.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include <fstream>
+
+#include "core/unix_socket.h"
+#include "optimizer_cpu/cpu_optimizer.h"
+#include "tests/daemon_fixture.h"
+
+namespace strata {
+namespace {
+
+std::string TestDir(const std::string& name) {
+  const char* bin = std::getenv("STRATA_BINARY_DIR");
+  std::string dir = absl::StrCat(bin == nullptr ? "/tmp" : bin, "/e2e-", name, "-", getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+constexpr char kAdamW[] =
+    R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
+
+std::vector<TensorDesc> Model() { return {{"w1", 5000}, {"b1", 37}, {"w2", 12000}}; }
+
+// Writes value(tensor, element) into every owned element of a shard slot.
+template <typename Fn>
+void Fill(const ShardView& shard, std::byte* base, Fn value) {
+  float* out = reinterpret_cast<float*>(base);
+  for (const OwnedRange& r : shard.ranges) {
+    for (uint64_t e = 0; e < r.numel; ++e) out[r.shard_offset + e] = value(r.tensor.value(), r.tensor_offset + e);
+  }
+}
+
+float InitialParam(uint32_t t, uint64_t e) { return std::sin(0.001f * (e + 1) + t); }
+float Grad(uint32_t t, uint64_t e, uint64_t step) { return std::cos(0.01f * e + t + 0.5f * step) * 0.1f; }
+
+struct Rank {
+  std::unique_ptr<RankSession> session;
+};
+
+// Two ranks of an fp32 AdamW job take `steps` steps; every owned param must
+// equal what the CPU optimizer computes locally on the same data.
+void RunOffloadJob(StrataClient& client, const std::string& name, int steps) {
+  JobSpec spec;
+  spec.name = name;
+  spec.world_size = 2;
+  spec.mode = JobMode::kOffload;
+  spec.deepspeed_config_json = kAdamW;
+  spec.param_dtype = DType::kFp32;
+  spec.grad_dtype = DType::kFp32;
+  ASSERT_TRUE(client.CreateJob(spec).ok());
+  std::vector<Rank> ranks(2);
+  for (uint32_t r = 0; r < 2; ++r) {
+    auto s = client.Attach(name, r);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ranks[r].session = std::move(*s);
+    ASSERT_TRUE(ranks[r].session->RegisterTensors(Model()).ok());
+    for (ShardView& shard : ranks[r].session->shards()) Fill(shard, shard.param, InitialParam);
+    ASSERT_TRUE(ranks[r].session->InitParams().ok());
+  }
+  for (int step = 0; step < steps; ++step) {
+    for (uint32_t r = 0; r < 2; ++r) {
+      for (ShardView& shard : ranks[r].session->shards()) {
+        Fill(shard, shard.grad, [&](uint32_t t, uint64_t e) { return Grad(t, e, step); });
+        ASSERT_TRUE(ranks[r].session->GradReady(shard.index, step).ok());
+      }
+    }
+    for (uint32_t r = 0; r < 2; ++r) {
+      auto result = ranks[r].session->WaitStep(step);
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_FALSE(result->skipped);
+      EXPECT_EQ(result->optimizer_steps, static_cast<uint64_t>(step + 1));
+    }
+  }
+  // Local reference over whole tensors.
+  auto opt = CpuOptimizer::Create({});
+  ASSERT_TRUE(opt.ok());
+  OptimizerHyperparams hp;
+  hp.kind = OptimizerKind::kAdamW;
+  hp.lr = 0.01;
+  hp.weight_decay = 0.1;
+  std::vector<TensorDesc> model = Model();
+  for (uint32_t t = 0; t < model.size(); ++t) {
+    const uint64_t n = model[t].numel;
+    std::vector<float> p(n), m(n, 0), v(n, 0), g(n);
+    for (uint64_t e = 0; e < n; ++e) p[e] = InitialParam(t, e);
+    for (int step = 0; step < steps; ++step) {
+      for (uint64_t e = 0; e < n; ++e) g[e] = Grad(t, e, step);
+      StepSpans spans;
+      spans.size = n;
+      spans.params = p.data();
+      spans.exp_avg = m.data();
+      spans.exp_avg_sq = v.data();
+      spans.grad = g.data();
+      ASSERT_TRUE((*opt)->Step(hp, step + 1, spans).ok());
+    }
+    uint64_t checked = 0;
+    for (uint32_t r = 0; r < 2; ++r) {
+      for (const ShardView& shard : ranks[r].session->shards()) {
+        const float* got = reinterpret_cast<const float*>(shard.param);
+        for (const OwnedRange& range : shard.ranges) {
+          if (range.tensor.value() != t) continue;
+          for (uint64_t e = 0; e < range.numel; ++e) {
+            ASSERT_EQ(got[range.shard_offset + e], p[range.tensor_offset + e])
+                << name << " tensor " << t << " element " << range.tensor_offset + e;
+            ++checked;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(checked, n);
+  }
+}
+
+TEST(DaemonE2ETest, OffloadStepsMatchTheLocalOptimizerBitForBit) {
+  DaemonProcess daemon(TestDir("offload"));
+  ASSERT_TRUE(daemon.Start());
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  RunOffloadJob(*client, "offload-a", 3);
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonE2ETest, TwoJobsOfTwoRanksRunAtOnce) {
+  DaemonProcess daemon(TestDir("twojobs"));
+  ASSERT_TRUE(daemon.Start());
+  std::thread a([&] {
+    auto c = daemon.Connect();
+    if (c) RunOffloadJob(*c, "job-a", 4);
+  });
+  std::thread b([&] {
+    auto c = daemon.Connect();
+    if (c) RunOffloadJob(*c, "job-b", 4);
+  });
+  a.join();
+  b.join();
+  auto client = daemon.Connect();
+  auto jobs = client->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ(jobs->size(), 2u);
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonE2ETest, BadRequestsGetClearErrorsAndTheDaemonKeepsServing) {
+  DaemonProcess daemon(TestDir("bad"));
+  ASSERT_TRUE(daemon.Start());
+  auto client = daemon.Connect();
+  // Unknown job.
+  auto missing = client->Attach("no-such-job", 0);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("no-such-job"), std::string::npos);
+  // Bad job specs.
+  JobSpec spec;
+  spec.name = "bad job name!";
+  EXPECT_EQ(client->CreateJob(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.name = "j";
+  spec.world_size = 2;
+  spec.deepspeed_config_json = R"({"zero_optimization": {"stage": 4}})";
+  auto bad_stage = client->CreateJob(spec);
+  EXPECT_EQ(bad_stage.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_stage.status().message().find("zero_optimization.stage"), std::string::npos);
+  spec.deepspeed_config_json = kAdamW;
+  spec.param_dtype = DType::kFp32;
+  spec.grad_dtype = DType::kFp32;
+  ASSERT_TRUE(client->CreateJob(spec).ok());
+  EXPECT_EQ(client->CreateJob(spec).status().code(), absl::StatusCode::kAlreadyExists);
+  // Rank out of range.
+  EXPECT_EQ(client->Attach("j", 7).status().code(), absl::StatusCode::kInvalidArgument);
+  auto rank = client->Attach("j", 0);
+  ASSERT_TRUE(rank.ok());
+  // Step before register.
+  auto early = (*rank)->GradReady(0, 0);
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
+  ASSERT_TRUE((*rank)->RegisterTensors(Model()).ok());
+  // Wrong sizes from the other rank.
+  auto other = client->Attach("j", 1);
+  ASSERT_TRUE(other.ok());
+  std::vector<TensorDesc> wrong = Model();
+  wrong[1].numel = 38;
+  auto mismatch = (*other)->RegisterTensors(wrong);
+  EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(mismatch.message().find("b1"), std::string::npos) << mismatch;
+  // GradReady before InitParams, then a shard index out of range.
+  EXPECT_EQ((*rank)->GradReady(0, 0).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*rank)->InitParams().ok());
+  ASSERT_TRUE((*other)->RegisterTensors(Model()).ok());
+  ASSERT_TRUE((*other)->InitParams().ok());
+  EXPECT_EQ((*rank)->GradReady(99, 0).code(), absl::StatusCode::kOutOfRange);
+  // A step from the future.
+  EXPECT_EQ((*rank)->GradReady(0, 5).code(), absl::StatusCode::kFailedPrecondition);
+  // An oversized message.
+  std::vector<TensorDesc> huge;
+  for (int i = 0; i < 100000; ++i) huge.push_back({std::string(60, 'x') + std::to_string(i), 1});
+  JobSpec huge_spec;
+  huge_spec.name = "huge";
+  huge_spec.deepspeed_config_json = kAdamW;
+  auto third = client->CreateJob(huge_spec);
+  ASSERT_TRUE(third.ok());
+  auto huge_rank = client->Attach("huge", 0);
+  ASSERT_TRUE(huge_rank.ok());
+  EXPECT_EQ((*huge_rank)->RegisterTensors(huge).code(), absl::StatusCode::kResourceExhausted);
+  // Garbage on the fd socket.
+  {
+    auto sock = ConnectUnix(daemon.socket() + ".fd");
+    ASSERT_TRUE(sock.ok());
+    ASSERT_TRUE(SendWithFds(sock->get(), "garbage-token", {}).ok());
+    auto reply = ReceiveWithFds(sock->get(), 1024, absl::Seconds(5));
+    ASSERT_TRUE(reply.ok());
+    EXPECT_EQ(reply->bytes.rfind("ERR", 0), 0u) << reply->bytes;
+    EXPECT_TRUE(reply->fds.empty());
+  }
+  // Still serving.
+  EXPECT_TRUE(client->Noop().ok());
+  EXPECT_TRUE(daemon.running());
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonE2ETest, AClientOfAnotherUidIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to setuid to nobody";
+  passwd* nobody = getpwnam("nobody");
+  if (nobody == nullptr) GTEST_SKIP() << "no user 'nobody' here";
+  const std::string dir = TestDir("uid");
+  DaemonProcess daemon(dir);
+  ASSERT_TRUE(daemon.Start());
+  // The socket's directory must be reachable by the other user for the test
+  // to reach the uid check rather than a permission error on the path.
+  chmod(dir.c_str(), 0755);
+  chmod(daemon.socket().c_str(), 0666);
+  pid_t child = fork();
+  if (child == 0) {
+    if (setgid(nobody->pw_gid) != 0 || setuid(nobody->pw_uid) != 0) _exit(3);
+    ClientOptions o;
+    o.socket_path = daemon.socket();
+    o.rpc_timeout = absl::Seconds(3);
+    auto c = StrataClient::Connect(o);
+    _exit(c.ok() ? 1 : 0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a client running as nobody was served";
+  EXPECT_TRUE(daemon.Connect()->Noop().ok());
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonE2ETest, ARankKilledMidStepCanReattachAndTheOtherJobIsUnharmed) {
+  DaemonProcess daemon(TestDir("kill"));
+  ASSERT_TRUE(daemon.Start());
+  auto client = daemon.Connect();
+  JobSpec spec;
+  spec.name = "victim";
+  spec.world_size = 2;
+  // Sub-groups of 4096 elements: each rank has several shards, so rank 1 can
+  // die having sent only part of its gradient.
+  spec.deepspeed_config_json =
+      R"({"zero_optimization": {"stage": 2, "sub_group_size": 4096}, "optimizer": {"type": "AdamW"}})";
+  spec.param_dtype = DType::kFp32;
+  spec.grad_dtype = DType::kFp32;
+  ASSERT_TRUE(client->CreateJob(spec).ok());
+  auto rank0 = client->Attach("victim", 0);
+  ASSERT_TRUE(rank0.ok());
+  ASSERT_TRUE((*rank0)->RegisterTensors(Model()).ok());
+  for (ShardView& s : (*rank0)->shards()) Fill(s, s.param, InitialParam);
+  ASSERT_TRUE((*rank0)->InitParams().ok());
+  ASSERT_GT((*rank0)->shards().size(), 1u);
+  // Rank 1 in its own process: initializes, sends part of step 0, is killed.
+  int ready_pipe[2];
+  ASSERT_EQ(pipe(ready_pipe), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    dup2(ready_pipe[1], STDOUT_FILENO);
+    const char* bin = std::getenv("STRATA_BINARY_DIR");
+    std::string rank_bin = absl::StrCat(bin == nullptr ? "build" : bin, "/tests/strata-test-rank");
+    std::string socket = daemon.socket();
+    execl(rank_bin.c_str(), rank_bin.c_str(), socket.c_str(), "victim", "1", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  char ready[6] = {};
+  ASSERT_EQ(read(ready_pipe[0], ready, 5), 5) << "the rank process did not get ready";
+  ASSERT_STREQ(ready, "ready");
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  // Another job runs fine meanwhile.
+  RunOffloadJob(*client, "bystander", 2);
+  // Rank 0 finishes its part of step 0; the step waits for rank 1.
+  for (ShardView& s : (*rank0)->shards()) {
+    Fill(s, s.grad, [](uint32_t t, uint64_t e) { return Grad(t, e, 0); });
+    ASSERT_TRUE((*rank0)->GradReady(s.index, 0).ok());
+  }
+  // Rank 1 comes back: its state is intact and it redoes step 0.
+  auto again = client->Attach("victim", 1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE((*again)->reattached());
+  ASSERT_TRUE((*again)->RegisterTensors(Model()).ok());
+  for (ShardView& s : (*again)->shards()) {
+    Fill(s, s.grad, [](uint32_t t, uint64_t e) { return Grad(t, e, 0); });
+    ASSERT_TRUE((*again)->GradReady(s.index, 0).ok());
+  }
+  auto result = (*again)->WaitStep(0);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->optimizer_steps, 1u);
+  EXPECT_TRUE(daemon.running());
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonE2ETest, CheckpointRoundTripIsBitForBit) {
+  const std::string dir = TestDir("ckpt");
+  DaemonProcess daemon(dir);
+  ASSERT_TRUE(daemon.Start());
+  auto client = daemon.Connect();
+  RunOffloadJob(*client, "saved", 2);
+  ASSERT_TRUE(client->SaveCheckpoint("saved", dir + "/ckpt").ok());
+  EXPECT_EQ(client->SaveCheckpoint("saved", dir + "/ckpt").code(), absl::StatusCode::kAlreadyExists);
+  auto loaded = client->LoadCheckpoint(dir + "/ckpt", "restored");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(client->SaveCheckpoint("restored", dir + "/ckpt2").ok());
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/ckpt")) {
+    const std::string name = entry.path().filename();
+    if (name == "manifest.json") continue;
+    std::ifstream a(entry.path(), std::ios::binary), b(dir + "/ckpt2/" + name, std::ios::binary);
+    std::string da((std::istreambuf_iterator<char>(a)), {}), db((std::istreambuf_iterator<char>(b)), {});
+    EXPECT_FALSE(da.empty());
+    EXPECT_EQ(da, db) << name;
+  }
+  // The restored job continues from the same step.
+  auto jobs = client->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  for (const JobSummary& j : *jobs) EXPECT_EQ(j.step, 2u) << j.name;
+  EXPECT_EQ(client->LoadCheckpoint(dir + "/nope", "x").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace strata

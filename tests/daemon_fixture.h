@@ -1,0 +1,98 @@
+// A real stratad for integration tests: started from build/bin with a socket
+// and NVMe directory of its own, stopped with SIGTERM.
+#ifndef STRATA_TESTS_DAEMON_FIXTURE_H_
+#define STRATA_TESTS_DAEMON_FIXTURE_H_
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/strata_client.h"
+#include "gtest/gtest.h"
+
+namespace strata {
+
+class DaemonProcess {
+ public:
+  // `dir` holds the socket, the NVMe files and the log.
+  explicit DaemonProcess(std::string dir) : dir_(std::move(dir)) {}
+  ~DaemonProcess() { Stop(); }
+
+  std::string socket() const { return dir_ + "/s.sock"; }
+  std::string log() const { return dir_ + "/stratad.log"; }
+  std::string nvme() const { return dir_ + "/nvme"; }
+
+  // Starts stratad and waits until it answers.
+  ::testing::AssertionResult Start(std::vector<std::string> extra = {}) {
+    std::filesystem::create_directories(nvme());
+    const char* bin = std::getenv("STRATA_BINARY_DIR");
+    std::string stratad = absl::StrCat(bin == nullptr ? "build" : bin, "/bin/stratad");
+    std::vector<std::string> args = {stratad, "--socket", socket(), "--nvme_path", nvme(),
+                                      "--nvme_capacity", "256MiB", "--pinned_capacity", "64MiB",
+                                      "--device", "emulated", "--optimizer_threads", "2"};
+    for (auto& e : extra) args.push_back(e);
+    pid_ = fork();
+    if (pid_ == 0) {
+      FILE* out = freopen(log().c_str(), "a", stderr);
+      (void)out;
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    for (int i = 0; i < 200; ++i) {
+      ClientOptions o;
+      o.socket_path = socket();
+      o.rpc_timeout = absl::Seconds(2);
+      if (StrataClient::Connect(o).ok()) return ::testing::AssertionSuccess();
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return ::testing::AssertionFailure() << "stratad exited at startup; see " << log();
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return ::testing::AssertionFailure() << "stratad did not answer; see " << log();
+  }
+
+  // SIGTERM, and the exit status (0 = clean).
+  int Stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  bool running() {
+    if (pid_ <= 0) return false;
+    int status;
+    return waitpid(pid_, &status, WNOHANG) == 0;
+  }
+
+  std::unique_ptr<StrataClient> Connect() {
+    ClientOptions o;
+    o.socket_path = socket();
+    o.rpc_timeout = absl::Seconds(10);
+    o.step_timeout = absl::Seconds(30);
+    auto c = StrataClient::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_TESTS_DAEMON_FIXTURE_H_
