@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/io_bench.h"
 #include "daemon/cli_commands.h"
 
 namespace {
@@ -19,6 +20,7 @@ struct NamedCommand {
 // `strata bench <name> ...`: each benchmark lives in bench/ and is linked in here.
 const std::vector<NamedCommand>& BenchCommands() {
   static const std::vector<NamedCommand> commands = {
+      {"io", strata::RunIoBench, "NVMe engines vs fio, ExtentStore swap path, --tune (strata bench io --help)"},
   };
   return commands;
 }
