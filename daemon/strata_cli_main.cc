@@ -6,6 +6,7 @@
 
 #include "bench/adam_bench.h"
 #include "bench/io_bench.h"
+#include "bench/prefetch_bench.h"
 #include "daemon/cli_commands.h"
 
 namespace {
@@ -24,6 +25,8 @@ const std::vector<NamedCommand>& BenchCommands() {
       {"adam", strata::RunAdamBench,
        "CPU optimizer step vs memory bandwidth and torch AdamW (strata bench adam --help)"},
       {"io", strata::RunIoBench, "NVMe engines vs fio, ExtentStore swap path, --tune (strata bench io --help)"},
+      {"prefetch", strata::RunPrefetchBench,
+       "trace replay: LRU vs predictor vs Belady MIN, --real (strata bench prefetch --help)"},
   };
   return commands;
 }
