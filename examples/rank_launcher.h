@@ -19,8 +19,8 @@
 namespace strata {
 
 // OK when every rank's body returned OK. Otherwise Aborted, naming each rank
-// that failed and how (exit status or signal), first failure first; Internal
-// when fork or waitpid fail.
+// that failed or could not be forked and how (exit status or signal), first
+// failure first; waitpid's errno as a Status if waiting itself fails.
 absl::Status RunRanks(uint32_t world_size, absl::FunctionRef<absl::Status(uint32_t rank)> body);
 
 }  // namespace strata
