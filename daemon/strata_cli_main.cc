@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/adam_bench.h"
+#include "bench/io_bench.h"
+#include "bench/prefetch_bench.h"
 #include "daemon/cli_commands.h"
 
 namespace {
@@ -19,6 +22,11 @@ struct NamedCommand {
 // `strata bench <name> ...`: each benchmark lives in bench/ and is linked in here.
 const std::vector<NamedCommand>& BenchCommands() {
   static const std::vector<NamedCommand> commands = {
+      {"adam", strata::RunAdamBench,
+       "CPU optimizer step vs memory bandwidth and torch AdamW (strata bench adam --help)"},
+      {"io", strata::RunIoBench, "NVMe engines vs fio, ExtentStore swap path, --tune (strata bench io --help)"},
+      {"prefetch", strata::RunPrefetchBench,
+       "trace replay: LRU vs predictor vs Belady MIN, --real (strata bench prefetch --help)"},
   };
   return commands;
 }

@@ -32,6 +32,10 @@ class AccessPredictor {
   // predicted. For shards used only in some iterations (mixture-of-experts)
   // this is an expectation, so larger means "less likely soon".
   virtual double NextUse(const ShardKey& key) const = 0;
+  // Expected distance to the first use of `key` at least `distance` away
+  // (NextUseFrom(key, 0) == NextUse(key)). The eviction policy asks what will
+  // be needed after an incoming shard's use, as MIN would at that time.
+  virtual double NextUseFrom(const ShardKey& key, double distance) const = 0;
   // The next distinct shards worth fetching, nearest first, at most
   // `max_count`. Shards predicted with low confidence are left out.
   virtual std::vector<PredictedAccess> Upcoming(size_t max_count) const = 0;

@@ -4,28 +4,66 @@ namespace strata {
 
 std::optional<size_t> FarthestNextUsePolicy::ChooseVictim(
     const EvictionRequest& request, absl::Span<const EvictionCandidate> candidates) {
-  size_t best = 0;
+  // Ties on the predicted use go to the least recently used, then to clean
+  // copies (no write-back).
+  auto better = [&](size_t i, double next, std::optional<size_t> best, double best_next) {
+    if (!best.has_value() || next > best_next) return true;
+    if (next < best_next) return false;
+    const EvictionCandidate& c = candidates[i];
+    const EvictionCandidate& b = candidates[*best];
+    return c.last_use_tick < b.last_use_tick ||
+           (c.last_use_tick == b.last_use_tick && !c.dirty && b.dirty);
+  };
+  if (request.demand || !request.incoming.has_value()) {
+    // Belady now: the unpinned copy used farthest in the future.
+    std::optional<size_t> best;
+    double best_next = -1;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (candidates[i].pinned) continue;
+      const double next = predictor_->NextUse(candidates[i].key);
+      if (better(i, next, best, best_next)) {
+        best = i;
+        best_next = next;
+      }
+    }
+    return best;
+  }
+  // A prefetch makes room now for a shard needed at distance d. Belady would
+  // make that room at d, dropping the copy whose use *after d* is farthest
+  // (copies used before d have moved on to their following use by then). If
+  // that copy is still needed before d, or is in use, dropping anything now
+  // would cost a fetch MIN does not make: refuse, and let the scheduler try
+  // again later. This also never evicts a copy needed no later than the
+  // incoming shard ("do no harm").
+  const double d = predictor_->NextUse(*request.incoming);
+  if (d == kNeverUsed) return std::nullopt;
+  std::optional<size_t> best;
   double best_next = -1;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const EvictionCandidate& c = candidates[i];
-    const double next = predictor_->NextUse(c.key);
-    bool better = false;
-    if (i == 0 || next > best_next) {
-      better = true;
-    } else if (next == best_next) {
-      const EvictionCandidate& b = candidates[best];
-      better = c.last_use_tick < b.last_use_tick ||
-               (c.last_use_tick == b.last_use_tick && !c.dirty && b.dirty);
-    }
-    if (better) {
+    const double next = predictor_->NextUseFrom(candidates[i].key, d);
+    if (better(i, next, best, best_next)) {
       best = i;
       best_next = next;
     }
   }
-  if (!request.demand && request.incoming.has_value()) {
-    const double incoming_next = predictor_->NextUse(*request.incoming);
-    if (!(best_next > incoming_next)) return std::nullopt;  // do no harm
+  if (best.has_value() && !candidates[*best].pinned &&
+      predictor_->NextUse(candidates[*best].key) > d) {
+    return best;
   }
+  if (!request.urgent) return std::nullopt;
+  // Urgent: the farthest-used unpinned copy, if it is needed after the
+  // incoming shard (never harm), even though MIN would keep it.
+  best.reset();
+  best_next = -1;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (candidates[i].pinned) continue;
+    const double next = predictor_->NextUse(candidates[i].key);
+    if (better(i, next, best, best_next)) {
+      best = i;
+      best_next = next;
+    }
+  }
+  if (!best.has_value() || !(best_next > d)) return std::nullopt;
   return best;
 }
 

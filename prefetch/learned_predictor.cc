@@ -66,19 +66,23 @@ double LearnedPredictor::FrequencyLocked(const ShardKey& key) const {
   return it == keys_.end() ? 0.0 : it->second.frequency;
 }
 
-double LearnedPredictor::NextUse(const ShardKey& key) const {
+double LearnedPredictor::NextUseFrom(const ShardKey& key, double from) const {
   absl::MutexLock lock(&mu_);
   auto it = keys_.find(key);
-  if (it == keys_.end()) return kNeverUsed;
+  // Nothing learned yet: no prediction, so the policy falls back to LRU.
+  if (it == keys_.end() || !trace_.has_trace()) return kNeverUsed;
   const double length = static_cast<double>(std::max<size_t>(trace_.trace().size(), 1));
-  double distance = trace_.NextUse(key);
+  double distance = trace_.NextUseFrom(key, static_cast<size_t>(std::max(from, 0.0)));
   if (distance == kNeverUsed) {
-    // Nothing learned yet: no prediction, so the policy falls back to LRU.
-    if (!trace_.has_trace()) return kNeverUsed;
+    // Not in the learned trace (it skipped this shard last time): assume it
+    // comes back where it was last seen in its iteration.
     const double offset = static_cast<double>(it->second.last_offset);
     const double now = static_cast<double>(trace_.position());
     distance = offset >= now ? offset - now : length - now + offset;
+    while (distance < from) distance += length;
   }
+  // A shard present in a fraction p of iterations is, in expectation,
+  // (1/p - 1) iterations later than its slot.
   const double p = std::max(it->second.frequency, 0.02);
   return distance + (1.0 / p - 1.0) * length;
 }

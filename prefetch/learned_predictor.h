@@ -60,7 +60,8 @@ class LearnedPredictor final : public AccessPredictor {
   void OnAccess(const ShardKey& key);
   void MarkIterationBoundary();
 
-  double NextUse(const ShardKey& key) const override;
+  double NextUse(const ShardKey& key) const override { return NextUseFrom(key, 0); }
+  double NextUseFrom(const ShardKey& key, double distance) const override;
   std::vector<PredictedAccess> Upcoming(size_t max_count) const override;
 
   LearnedPredictorStats stats() const;

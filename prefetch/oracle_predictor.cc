@@ -12,11 +12,12 @@ OracleAccessPredictor::OracleAccessPredictor(std::vector<ShardKey> sequence)
   for (size_t i = 0; i < sequence_.size(); ++i) positions_[sequence_[i]].push_back(i);
 }
 
-double OracleAccessPredictor::NextUse(const ShardKey& key) const {
+double OracleAccessPredictor::NextUseFrom(const ShardKey& key, double distance) const {
   auto it = positions_.find(key);
-  if (it == positions_.end()) return kNeverUsed;
+  if (it == positions_.end() || distance == kNeverUsed) return kNeverUsed;
   const size_t now = position();
-  auto next = std::lower_bound(it->second.begin(), it->second.end(), now);
+  auto next = std::lower_bound(it->second.begin(), it->second.end(),
+                               now + static_cast<size_t>(std::max(distance, 0.0)));
   if (next == it->second.end()) return kNeverUsed;
   return static_cast<double>(*next - now);
 }

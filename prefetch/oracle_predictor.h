@@ -24,7 +24,8 @@ class OracleAccessPredictor final : public AccessPredictor {
   void Advance() { position_.fetch_add(1, std::memory_order_acq_rel); }
   size_t position() const { return position_.load(std::memory_order_acquire); }
 
-  double NextUse(const ShardKey& key) const override;
+  double NextUse(const ShardKey& key) const override { return NextUseFrom(key, 0); }
+  double NextUseFrom(const ShardKey& key, double distance) const override;
   std::vector<PredictedAccess> Upcoming(size_t max_count) const override;
 
  private:

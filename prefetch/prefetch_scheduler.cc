@@ -29,7 +29,9 @@ std::vector<IssuedPrefetch> PrefetchScheduler::Pump() {
     }
     if (in_flight_.size() >= options_.max_in_flight) break;
     absl::StatusOr<TransferHandle> transfer =
-        store_->Promote(next.key, options_.tier, {.prefetch = true});
+        store_->Promote(next.key, options_.tier,
+                        {.prefetch = true,
+                         .urgent = next.distance < static_cast<double>(options_.urgent_distance)});
     if (!transfer.ok()) {
       ++stats_.refused;
       break;

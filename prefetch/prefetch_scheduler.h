@@ -28,6 +28,10 @@ struct PrefetchSchedulerOptions {
   size_t lookahead_count = 8;
   uint64_t lookahead_bytes = 1ull << 30;
   size_t max_in_flight = 8;
+  // Shards predicted within this many accesses are prefetched as urgent: the
+  // policy may then evict a copy MIN would keep, trading a possible extra
+  // fetch for hiding the latency (0 disables).
+  size_t urgent_distance = 2;
 };
 
 struct IssuedPrefetch {

@@ -69,14 +69,18 @@ bool TracePredictor::EndIteration(const std::vector<ShardKey>& recorded,
   return relearn;
 }
 
-double TracePredictor::NextUse(const ShardKey& key) const {
+double TracePredictor::NextUseFrom(const ShardKey& key, size_t distance) const {
   auto it = positions_.find(key);
   if (it == positions_.end()) return kNeverUsed;
   const std::vector<size_t>& at = it->second;
-  auto next = std::lower_bound(at.begin(), at.end(), pos_);
-  if (next != at.end()) return static_cast<double>(*next - pos_);
-  const size_t rest = trace_.size() > pos_ ? trace_.size() - pos_ : 0;
-  return static_cast<double>(rest + at.front());
+  const size_t n = trace_.size();
+  // Absolute target in "trace coordinates" (iteration * n + index).
+  const size_t target = pos_ + distance;
+  const size_t round = target / n;
+  const size_t index = target % n;
+  auto next = std::lower_bound(at.begin(), at.end(), index);
+  const size_t found = next != at.end() ? round * n + *next : (round + 1) * n + at.front();
+  return static_cast<double>(found - pos_);
 }
 
 void TracePredictor::Walk(const std::function<bool(const ShardKey&, size_t)>& visit) const {

@@ -57,7 +57,10 @@ class TracePredictor {
 
   // Distance from the position to the next entry for `key`, wrapping into
   // the next iteration; kNeverUsed (infinity) when the trace lacks `key`.
-  double NextUse(const ShardKey& key) const;
+  double NextUse(const ShardKey& key) const { return NextUseFrom(key, 0); }
+  // The first entry for `key` at least `distance` entries from the position
+  // (the trace repeating); kNeverUsed when the trace lacks `key`.
+  double NextUseFrom(const ShardKey& key, size_t distance) const;
   // Calls `visit(key, distance)` for the entries from the position on,
   // wrapping once, until it returns false.
   void Walk(const std::function<bool(const ShardKey&, size_t)>& visit) const;

@@ -64,9 +64,8 @@ namespace {
 constexpr char kDataFileName[] = "strata-extents.data";
 constexpr char kManifestFileName[] = "strata-extents.manifest";
 // Compact the journal once it is this many times larger than a snapshot
-// would be (and at least 4 MiB), so replay stays proportional to live shards.
+// would be (and at least manifest_compaction_min_bytes), so replay stays proportional to live shards.
 constexpr uint64_t kCompactionFactor = 4;
-constexpr uint64_t kMinCompactionBytes = 4 << 20;
 
 bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
@@ -562,7 +561,7 @@ absl::Status ExtentStoreImpl::CommitLocked(bool force_sync) {
   free_after_commit_.clear();
 
   uint64_t snapshot_estimate = 128 + entries_.size() * 96;
-  if (journal_->size_bytes() > std::max(kMinCompactionBytes, kCompactionFactor * snapshot_estimate)) {
+  if (journal_->size_bytes() > std::max(options_.manifest_compaction_min_bytes, kCompactionFactor * snapshot_estimate)) {
     ManifestState state;
     for (const auto& [key, e] : entries_) state.extents[key] = e.record;
     state.commit_seq = commit_seq_;

@@ -91,6 +91,9 @@ struct ExtentStoreOptions {
   // together (the engine bounds them by its queue depth), and checksummed
   // piece by piece as they complete. 0: the engine's block size.
   uint64_t io_chunk_bytes = 0;
+  // The journal is compacted once it exceeds both this and 4x the size of a
+  // snapshot of the live shards.
+  uint64_t manifest_compaction_min_bytes = 4 << 20;
 };
 
 struct ExtentStoreStats {

@@ -4,16 +4,22 @@ namespace strata {
 
 std::optional<size_t> LruPolicy::ChooseVictim(const EvictionRequest& /*request*/,
                                               absl::Span<const EvictionCandidate> candidates) {
-  size_t best = 0;
-  for (size_t i = 1; i < candidates.size(); ++i) {
+  std::optional<size_t> found;
+  for (size_t i = 0; i < candidates.size(); ++i) {
     const EvictionCandidate& c = candidates[i];
+    if (c.pinned) continue;
+    if (!found.has_value()) {
+      found = i;
+      continue;
+    }
+    const size_t best = *found;
     const EvictionCandidate& b = candidates[best];
     if (c.last_use_tick < b.last_use_tick ||
         (c.last_use_tick == b.last_use_tick && !c.dirty && b.dirty)) {
-      best = i;
+      found = i;
     }
   }
-  return best;
+  return found;
 }
 
 }  // namespace strata

@@ -19,8 +19,10 @@
 
 namespace strata {
 
-// A copy the store could drop: cached (not the home copy), unpinned, not
-// being read or written.
+// A cached (not home) copy in the tier. Copies with `pinned` set are in use
+// and cannot be dropped now; they are listed so a policy can see that a
+// better victim is about to become free (a prefetch can then wait for it
+// rather than evict something needed sooner, as Belady's MIN would).
 struct EvictionCandidate {
   ShardKey key;
   uint64_t footprint_bytes = 0;
@@ -29,6 +31,7 @@ struct EvictionCandidate {
   uint64_t last_use_tick = 0;
   bool dirty = false;              // must be written back before it is dropped
   bool prefetched_unused = false;  // brought in by a prefetch, not yet acquired
+  bool pinned = false;             // in use: never a valid choice
 };
 
 struct EvictionRequest {
@@ -38,13 +41,17 @@ struct EvictionRequest {
   // True when a client is waiting for `incoming` right now (a demand miss):
   // the policy must then pick a victim if there is any.
   bool demand = false;
+  // A prefetch for a shard needed very soon: the policy may prefer hiding
+  // its latency to the fewest fetches.
+  bool urgent = false;
 };
 
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
-  // Index of the candidate to evict, or nullopt to refuse (the promotion then
-  // fails with ResourceExhausted). `candidates` is never empty.
+  // Index of an unpinned candidate to evict, or nullopt to refuse (the
+  // promotion then fails with ResourceExhausted; choosing a pinned one counts
+  // as refusing). `candidates` holds at least one unpinned copy.
   virtual std::optional<size_t> ChooseVictim(const EvictionRequest& request,
                                              absl::Span<const EvictionCandidate> candidates) = 0;
 };

@@ -165,7 +165,7 @@ void TieredStore::EvictLocked(Shard& shard, TierKind t, std::vector<WriteBack>* 
 }
 
 absl::Status TieredStore::ChargeLocked(Shard& shard, TierKind t, uint64_t footprint, bool demand,
-                                       std::vector<WriteBack>* write_backs) {
+                                       bool urgent, std::vector<WriteBack>* write_backs) {
   const int ti = TierIndex(t);
   const std::pair<JobId, int> job_key{shard.key.job, ti};
   const uint64_t capacity = tier(t)->capacity_bytes();
@@ -190,30 +190,32 @@ absl::Status TieredStore::ChargeLocked(Shard& shard, TierKind t, uint64_t footpr
       std::vector<Shard*> owners;
       for (Shard* s : cached_[ti]) {
         const Copy& c = s->copies[ti];
-        if (s == &shard || c.state != CopyState::kResident || c.pins > 0 || c.io_refs > 0) continue;
-        owners.push_back(s);
+        if (s == &shard || c.state != CopyState::kResident || c.io_refs > 0) continue;
+        owners.push_back(s);  // pinned ones too: the policy may want to wait for them
       }
       // Deterministic candidate order (the set's is not), so the simulated
       // benchmark and tests repeat exactly.
       std::sort(owners.begin(), owners.end(),
                 [](const Shard* a, const Shard* b) { return a->key < b->key; });
-      EvictionRequest request{t, shard.key, demand};
+      EvictionRequest request{t, shard.key, demand, urgent};
       while (!tier_fits() || !job_fits()) {
         // When the job's budget binds, only its own copies help.
         const bool job_bound = !job_fits();
         std::vector<EvictionCandidate> candidates;
         std::vector<size_t> index;
+        bool any_unpinned = false;
         for (size_t i = 0; i < owners.size(); ++i) {
           Shard* s = owners[i];
           if (s == nullptr || (job_bound && s->key.job != shard.key.job)) continue;
           const Copy& c = s->copies[ti];
           candidates.push_back({s->key, tier(t)->FootprintBytes(s->size_bytes), c.last_use_tick,
-                                NeedsWriteBackLocked(*s, t), c.prefetched_unused});
+                                NeedsWriteBackLocked(*s, t), c.prefetched_unused, c.pins > 0});
           index.push_back(i);
+          any_unpinned = any_unpinned || c.pins == 0;
         }
-        if (candidates.empty()) break;
+        if (!any_unpinned) break;
         std::optional<size_t> pick = policy_->ChooseVictim(request, candidates);
-        if (!pick.has_value() || *pick >= candidates.size()) {
+        if (!pick.has_value() || *pick >= candidates.size() || candidates[*pick].pinned) {
           refused = true;
           break;
         }
@@ -287,7 +289,8 @@ absl::Status TieredStore::AddShard(const ShardKey& key, TierKind home,
     shard->size_bytes = data.size();
     shard->home = home;
     STRATA_RETURN_IF_ERROR(Annotate(
-        ChargeLocked(*shard, home, home_tier->FootprintBytes(data.size()), true, &write_backs),
+        ChargeLocked(*shard, home, home_tier->FootprintBytes(data.size()), true, false,
+                     &write_backs),
         absl::StrCat("adding ", ShardKeyToString(key))));
     Copy& c = shard->copies[TierIndex(home)];
     c.charged = true;
@@ -365,7 +368,8 @@ absl::Status TieredStore::RemoveShard(const ShardKey& key) {
 }
 
 absl::StatusOr<std::unique_ptr<TieredStore::CopyOp>> TieredStore::StartCopyLocked(
-    Shard& shard, TierKind dst, bool prefetch, bool demand) {
+    Shard& shard, TierKind dst, const PromoteOptions& options, bool demand) {
+  const bool prefetch = options.prefetch;
   std::optional<TierKind> src = SourceLocked(shard, dst);
   if (!src.has_value()) {
     return absl::UnavailableError(absl::StrCat(
@@ -374,7 +378,7 @@ absl::StatusOr<std::unique_ptr<TieredStore::CopyOp>> TieredStore::StartCopyLocke
   auto op = std::make_unique<CopyOp>();
   if (dst != shard.home) {
     STRATA_RETURN_IF_ERROR(ChargeLocked(shard, dst, tier(dst)->FootprintBytes(shard.size_bytes),
-                                        demand, &op->write_backs));
+                                        demand, options.urgent, &op->write_backs));
   }
   Copy& d = shard.copies[TierIndex(dst)];
   if (dst != shard.home) d.charged = true;
@@ -426,7 +430,7 @@ absl::StatusOr<TransferHandle> TieredStore::Promote(const ShardKey& key, TierKin
       }
       DropCopyLocked(*shard, t);
     }
-    STRATA_ASSIGN_OR_RETURN(op, StartCopyLocked(*shard, t, options.prefetch, false));
+    STRATA_ASSIGN_OR_RETURN(op, StartCopyLocked(*shard, t, options, false));
   }
   TransferHandle handle = op->handle;
   Launch(std::move(op));
@@ -734,7 +738,7 @@ absl::StatusOr<Lease> TieredStore::Acquire(const ShardKey& key, TierKind t, Acce
     if (c.state == CopyState::kResident && t != shard->home) {  // stale, unused
       DropCopyLocked(*shard, t);
     }
-    absl::StatusOr<std::unique_ptr<CopyOp>> op = StartCopyLocked(*shard, t, false, true);
+    absl::StatusOr<std::unique_ptr<CopyOp>> op = StartCopyLocked(*shard, t, PromoteOptions{}, true);
     if (!op.ok()) {
       if (absl::IsUnavailable(op.status())) {  // the data is being written back
         waited = true;

@@ -89,6 +89,8 @@ struct PromoteOptions {
   // Counted as a prefetch, and the eviction policy may refuse to make room
   // (a demand promotion, from Acquire, always gets a victim if one exists).
   bool prefetch = false;
+  // A prefetch of a shard needed very soon (passed to the policy).
+  bool urgent = false;
 };
 
 // A snapshot of one shard, for tests, the CLI and the prefetcher.
@@ -253,7 +255,7 @@ class TieredStore {
 
   // Takes `footprint` in `t` for `shard`, evicting by policy as needed.
   absl::Status ChargeLocked(Shard& shard, TierKind t, uint64_t footprint, bool demand,
-                            std::vector<WriteBack>* write_backs)
+                            bool urgent, std::vector<WriteBack>* write_backs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnchargeLocked(Shard& shard, TierKind t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the cached copy of `shard` in `t` (REQUIRES evictable), queueing a
@@ -269,7 +271,8 @@ class TieredStore {
   // Prepares (under the lock) a movement of the latest data into `dst`.
   // Returns the op to run, or a status (Unavailable: wait and retry).
   absl::StatusOr<std::unique_ptr<CopyOp>> StartCopyLocked(Shard& shard, TierKind dst,
-                                                          bool prefetch, bool demand)
+                                                          const PromoteOptions& options,
+                                                          bool demand)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Launch(std::unique_ptr<CopyOp> op) ABSL_LOCKS_EXCLUDED(mu_);
   void RunCopy(CopyOp& op) ABSL_LOCKS_EXCLUDED(mu_);

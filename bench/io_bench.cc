@@ -1,0 +1,570 @@
+#include "bench/io_bench.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "bench/io_fio.h"
+#include "bench/io_measure.h"
+#include "core/byte_size.h"
+#include "core/command_line.h"
+#include "core/deepspeed_config.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "swap/aligned_buffer.h"
+#include "swap/direct_io.h"
+#include "swap/io_engine.h"
+
+namespace strata {
+namespace {
+
+struct Flags {
+  std::string dir;
+  std::string deepspeed_config;
+  uint64_t file_size = uint64_t{1} << 30;
+  absl::Duration runtime = absl::Milliseconds(1500);
+  bool runtime_given = false;
+  uint32_t reps = 2;
+  std::vector<IoEngineKind> engines = {IoEngineKind::kUring, IoEngineKind::kAio, IoEngineKind::kPsync};
+  bool engines_given = false;
+  std::vector<uint64_t> block_sizes = {128 << 10, 1 << 20, 8 << 20};
+  bool block_sizes_given = false;
+  std::vector<uint32_t> depths = {1, 8, 32};
+  bool depths_given = false;
+  std::vector<IoOp> ops = {IoOp::kRead, IoOp::kWrite};
+  bool fio = true;
+  bool register_buffers = true;
+  bool sqpoll = false;
+  bool tune = false;
+  bool store = true;
+  std::string json_path;
+  uint64_t shard_size = 64 << 20;
+  uint32_t shards = 8;
+  uint32_t store_reps = 3;
+  ChecksumKind checksum = ChecksumKind::kXxh3;
+  SyncPolicy store_sync = SyncPolicy::kNever;
+  IoEngineKind store_engine = IoEngineKind::kUring;
+  uint64_t store_block_size = 1 << 20;
+  uint32_t store_depth = 32;
+};
+
+template <typename T, typename F>
+absl::Status ParseList(absl::string_view text, std::vector<T>* out, F parse_one) {
+  out->clear();
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    STRATA_ASSIGN_OR_RETURN(T v, parse_one(item));
+    out->push_back(v);
+  }
+  if (out->empty()) return absl::InvalidArgumentError("empty list");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> ParseU32(absl::string_view s, uint32_t min, uint32_t max) {
+  uint32_t v = 0;
+  if (!absl::SimpleAtoi(s, &v) || v < min || v > max) {
+    return absl::InvalidArgumentError(absl::StrCat("'", s, "' is not a whole number in ", min, "..", max));
+  }
+  return v;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string SizeLabel(uint64_t bytes) {
+  if (bytes % (1 << 20) == 0) return absl::StrCat(bytes >> 20, "M");
+  if (bytes % (1 << 10) == 0) return absl::StrCat(bytes >> 10, "K");
+  return absl::StrCat(bytes);
+}
+
+std::string Runs(const std::vector<double>& v) {
+  std::string s;
+  for (double x : v) absl::StrAppend(&s, s.empty() ? "" : " ", absl::StrFormat("%.0f", x));
+  return s;
+}
+
+struct Point {
+  IoEngineKind engine;
+  IoOp op;
+  uint64_t block_size;
+  uint32_t depth;
+  std::vector<double> ours;
+  std::vector<double> fio;
+  std::vector<double> ratios;  // per pair
+  double mbps() const { return Median(ours); }
+  double fio_mbps() const { return Median(fio); }
+  double ratio() const { return Median(ratios); }
+};
+
+class IoBench {
+ public:
+  explicit IoBench(Flags flags) : f_(std::move(flags)) {}
+  ~IoBench() {
+    if (fd_ >= 0) close(fd_);
+    if (!file_.empty()) unlink(file_.c_str());
+  }
+
+  absl::Status Run();
+
+ private:
+  absl::Status Prepare();
+  absl::Status MeasurePoint(Point* p, uint32_t reps, bool with_fio);
+  absl::Status RunMatrix();
+  absl::Status RunTune();
+  absl::Status RunSwapPath();
+  void PrintTargets();
+  absl::Status WriteJson();
+
+  Flags f_;
+  std::string file_;
+  int fd_ = -1;
+  AlignedBuffer buffers_;
+  bool have_fio_ = false;
+  std::vector<Point> points_;
+  std::vector<SwapPathResult> swap_rounds_;
+  std::string notes_;
+};
+
+absl::Status IoBench::Prepare() {
+  file_ = f_.dir + "/strata-bench-io.dat";
+  STRATA_ASSIGN_OR_RETURN(OpenedFile f, OpenForIo(file_, /*create=*/true, /*direct=*/true,
+                                                  /*allow_buffered_fallback=*/false));
+  fd_ = f.fd;
+  if (int rc = posix_fallocate(fd_, 0, static_cast<off_t>(f_.file_size)); rc != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("preallocating ", FormatBytes(f_.file_size), " at ",
+                                                     file_, " failed; free space or pass a smaller --file_size"));
+  }
+  std::printf("preparing %s (%s, written once so no run pays for unwritten extents)\n", file_.c_str(),
+              FormatBytes(f_.file_size).c_str());
+  std::fflush(stdout);
+  STRATA_RETURN_IF_ERROR(FillFile(fd_, file_, f_.file_size));
+  uint64_t max_bs = *std::max_element(f_.block_sizes.begin(), f_.block_sizes.end());
+  uint32_t max_depth = *std::max_element(f_.depths.begin(), f_.depths.end());
+  STRATA_ASSIGN_OR_RETURN(buffers_, AlignedBuffer::Allocate(max_bs * max_depth));
+  for (size_t i = 0; i < buffers_.size(); i += 4096) buffers_.data()[i] = std::byte(i >> 12);
+  if (f_.fio) {
+    absl::StatusOr<std::string> v = FioVersion();
+    have_fio_ = v.ok();
+    std::printf("peer: %s\n", v.ok() ? v->c_str() : std::string(v.status().message()).c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IoBench::MeasurePoint(Point* p, uint32_t reps, bool with_fio) {
+  EngineRun run;
+  run.engine = p->engine;
+  run.op = p->op;
+  run.block_size_bytes = p->block_size;
+  run.queue_depth = p->depth;
+  run.register_buffers_and_files = f_.register_buffers;
+  run.sqpoll = f_.sqpoll;
+  run.runtime = f_.runtime;
+  FioJob job;
+  job.engine = p->engine;
+  job.op = p->op;
+  job.filename = file_;
+  job.file_size_bytes = f_.file_size;
+  job.block_size_bytes = p->block_size;
+  job.queue_depth = p->depth;
+  job.fixed_buffers_and_files = f_.register_buffers;
+  job.sqpoll = f_.sqpoll;
+  job.runtime = f_.runtime;
+  job.output_path = f_.dir + "/strata-bench-fio.json";
+  for (uint32_t rep = 0; rep < reps; ++rep) {
+    // Alternate which side goes first so drift on this noisy disk hits both.
+    bool ours_first = rep % 2 == 0;
+    double ours = 0, peer = 0;
+    for (int side = 0; side < 2; ++side) {
+      bool do_ours = (side == 0) == ours_first;
+      if (do_ours) {
+        absl::StatusOr<double> r = MeasureEngine(run, fd_, file_, f_.file_size, buffers_);
+        if (!r.ok()) {
+          return absl::Status(r.status().code(),
+                              absl::StrCat(IoEngineKindName(p->engine), " ", IoOpName(p->op), " bs ",
+                                           SizeLabel(p->block_size), " qd ", p->depth, ": ", r.status().message()));
+        }
+        ours = *r;
+      } else if (with_fio) {
+        absl::StatusOr<double> r = RunFio(job);
+        if (!r.ok()) return r.status();
+        peer = *r;
+      }
+    }
+    p->ours.push_back(ours);
+    if (with_fio) {
+      p->fio.push_back(peer);
+      p->ratios.push_back(peer > 0 ? ours / peer : 0);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IoBench::RunMatrix() {
+  bool with_fio = have_fio_;
+  size_t total = f_.engines.size() * f_.block_sizes.size() * f_.depths.size() * f_.ops.size();
+  std::printf("\nsequential O_DIRECT, %s file, %s per run, %u pairs per point (ours and fio alternating), "
+              "registered buffers/files: %s, sqpoll: %s; %zu points\n",
+              FormatBytes(f_.file_size).c_str(), absl::FormatDuration(f_.runtime).c_str(), f_.reps,
+              f_.register_buffers ? "yes (fio: --fixedbufs --registerfiles)" : "no", f_.sqpoll ? "yes" : "no", total);
+  std::printf("%-9s %-5s %4s %3s %9s %9s %7s %11s   %-24s %-24s\n", "engine", "op", "bs", "qd", "ours MB/s",
+              "fio MB/s", "ratio", "ratio range", "ours runs", "fio runs");
+  std::fflush(stdout);
+  for (IoEngineKind engine : f_.engines) {
+    for (IoOp op : f_.ops) {
+      for (uint64_t bs : f_.block_sizes) {
+        for (uint32_t qd : f_.depths) {
+          Point p{engine, op, bs, qd, {}, {}, {}};
+          STRATA_RETURN_IF_ERROR(MeasurePoint(&p, f_.reps, with_fio));
+          double lo = p.ratios.empty() ? 0 : *std::min_element(p.ratios.begin(), p.ratios.end());
+          double hi = p.ratios.empty() ? 0 : *std::max_element(p.ratios.begin(), p.ratios.end());
+          std::printf("%-9s %-5s %4s %3u %9.0f %9s %7s %11s   %-24s %-24s\n",
+                      std::string(IoEngineKindName(engine)).c_str(), std::string(IoOpName(op)).c_str(),
+                      SizeLabel(bs).c_str(), qd, p.mbps(),
+                      with_fio ? absl::StrFormat("%.0f", p.fio_mbps()).c_str() : "-",
+                      with_fio ? absl::StrFormat("%.3f", p.ratio()).c_str() : "-",
+                      with_fio ? absl::StrFormat("%.2f-%.2f", lo, hi).c_str() : "-", Runs(p.ours).c_str(),
+                      Runs(p.fio).c_str());
+          std::fflush(stdout);
+          points_.push_back(std::move(p));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void IoBench::PrintTargets() {
+  if (!have_fio_ || points_.empty()) return;
+  std::printf("\ntargets (median of per-pair ratios):\n");
+  // 1. io_uring at bs >= 1M and qd >= 8 reaches 0.95x fio's io_uring.
+  int checked = 0, met = 0;
+  double worst = 1e9;
+  std::string worst_at;
+  for (const Point& p : points_) {
+    if (p.engine != IoEngineKind::kUring || p.block_size < (1 << 20) || p.depth < 8) continue;
+    ++checked;
+    if (p.ratio() >= 0.95) ++met;
+    if (p.ratio() < worst) {
+      worst = p.ratio();
+      worst_at = absl::StrCat(IoOpName(p.op), " ", SizeLabel(p.block_size), " qd ", p.depth);
+    }
+  }
+  if (checked > 0) {
+    std::printf("  io_uring vs fio io_uring, bs>=1M qd>=8: %d/%d points >= 0.95x (worst %.3f at %s) -> %s\n", met,
+                checked, worst, worst_at.c_str(), met == checked ? "MET" : "MISSED");
+  }
+  // 2. Our best engine vs fio's best engine at each block size (and op).
+  for (IoOp op : f_.ops) {
+    for (uint64_t bs : f_.block_sizes) {
+      const Point* ours = nullptr;
+      const Point* peer = nullptr;
+      for (const Point& p : points_) {
+        if (p.op != op || p.block_size != bs) continue;
+        if (ours == nullptr || p.mbps() > ours->mbps()) ours = &p;
+        if (peer == nullptr || p.fio_mbps() > peer->fio_mbps()) peer = &p;
+      }
+      if (ours == nullptr) continue;
+      double r = ours->mbps() / peer->fio_mbps();
+      std::printf("  best %-5s bs %4s: ours %.0f MB/s (%s qd %u) vs fio %.0f MB/s (%s qd %u) = %.3f -> %s\n",
+                  std::string(IoOpName(op)).c_str(), SizeLabel(bs).c_str(), ours->mbps(),
+                  std::string(IoEngineKindName(ours->engine)).c_str(), ours->depth, peer->fio_mbps(),
+                  std::string(IoEngineKindName(peer->engine)).c_str(), peer->depth, r, r >= 0.95 ? "MET" : "MISSED");
+    }
+  }
+}
+
+absl::Status IoBench::RunTune() {
+  std::printf("\n--tune: %s, sequential O_DIRECT, %s per point\n",
+              std::string(IoEngineKindName(f_.engines[0])).c_str(), absl::FormatDuration(f_.runtime).c_str());
+  std::printf("%-5s %4s %3s %9s\n", "op", "bs", "qd", "MB/s");
+  struct Best {
+    double score = 0;
+    uint64_t bs = 0;
+    uint32_t qd = 0;
+    double read = 0, write = 0;
+  } best;
+  for (uint64_t bs : f_.block_sizes) {
+    for (uint32_t qd : f_.depths) {
+      double rates[2] = {0, 0};
+      for (IoOp op : {IoOp::kRead, IoOp::kWrite}) {
+        Point p{f_.engines[0], op, bs, qd, {}, {}, {}};
+        STRATA_RETURN_IF_ERROR(MeasurePoint(&p, f_.reps, /*with_fio=*/false));
+        rates[op == IoOp::kRead ? 0 : 1] = p.mbps();
+        std::printf("%-5s %4s %3u %9.0f\n", std::string(IoOpName(op)).c_str(), SizeLabel(bs).c_str(), qd, p.mbps());
+        std::fflush(stdout);
+        points_.push_back(std::move(p));
+      }
+      // Swapping moves state both ways, so the harmonic mean of read and
+      // write rates is what an optimizer step sees.
+      double score = 2 / (1 / rates[0] + 1 / rates[1]);
+      if (score > best.score) best = Best{score, bs, qd, rates[0], rates[1]};
+    }
+  }
+  std::printf("\nbest: block size %s, queue depth %u: read %.0f MB/s, write %.0f MB/s\n", SizeLabel(best.bs).c_str(),
+              best.qd, best.read, best.write);
+  std::printf("\nDeepSpeed config (\"aio\" section):\n"
+              "  \"aio\": {\"block_size\": %llu, \"queue_depth\": %u, \"intra_op_parallelism\": 1, "
+              "\"single_submit\": false, \"overlap_events\": true}\n",
+              static_cast<unsigned long long>(best.bs), best.qd);
+  std::printf("\nstrata daemon config:\n  io_engine: \"%s\"\n  io_block_size: \"%s\"\n  io_queue_depth: %u\n",
+              std::string(IoEngineKindName(f_.engines[0])).c_str(), FormatBytes(best.bs).c_str(), best.qd);
+  return absl::OkStatus();
+}
+
+absl::Status IoBench::RunSwapPath() {
+  SwapPathRun run;
+  run.dir = f_.dir;
+  run.engine = f_.store_engine;
+  run.block_size_bytes = f_.store_block_size;
+  run.queue_depth = f_.store_depth;
+  run.shard_bytes = f_.shard_size;
+  run.shards = f_.shards;
+  run.checksum = f_.checksum;
+  run.sync_policy = f_.store_sync;
+  std::printf("\nswap path: %u shards of %s written (Write+Commit, fdatasync %s) then read through ExtentStore "
+              "with %s checksums vs the raw engine (%s, bs %s, qd %u), %u rounds alternating\n",
+              f_.shards, FormatBytes(f_.shard_size).c_str(), std::string(SyncPolicyName(f_.store_sync)).c_str(),
+              std::string(ChecksumKindName(f_.checksum)).c_str(), std::string(IoEngineKindName(f_.store_engine)).c_str(),
+              SizeLabel(f_.store_block_size).c_str(), f_.store_depth, f_.store_reps);
+  std::fflush(stdout);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SwapPathBench> bench, SwapPathBench::Create(run));
+  std::vector<double> w_ratio, r_ratio;
+  for (uint32_t i = 0; i < f_.store_reps; ++i) {
+    STRATA_ASSIGN_OR_RETURN(SwapPathResult r, bench->Round(/*store_first=*/i % 2 == 0));
+    swap_rounds_.push_back(r);
+  }
+  std::vector<double> sw, sr, rw, rr;
+  for (const SwapPathResult& r : swap_rounds_) {
+    sw.push_back(r.store_write_mbps);
+    sr.push_back(r.store_read_mbps);
+    rw.push_back(r.raw_write_mbps);
+    rr.push_back(r.raw_read_mbps);
+    w_ratio.push_back(r.store_write_mbps / r.raw_write_mbps);
+    r_ratio.push_back(r.store_read_mbps / r.raw_read_mbps);
+  }
+  std::printf("  %-6s %12s %12s %7s   %-20s %-20s\n", "op", "store MB/s", "raw MB/s", "ratio", "store runs", "raw runs");
+  std::printf("  %-6s %12.0f %12.0f %7.3f   %-20s %-20s\n", "write", Median(sw), Median(rw), Median(w_ratio),
+              Runs(sw).c_str(), Runs(rw).c_str());
+  std::printf("  %-6s %12.0f %12.0f %7.3f   %-20s %-20s\n", "read", Median(sr), Median(rr), Median(r_ratio),
+              Runs(sr).c_str(), Runs(rr).c_str());
+  bool ok = Median(w_ratio) >= 0.9 && Median(r_ratio) >= 0.9;
+  std::printf("  target ExtentStore with checksums >= 0.9x raw engine -> %s\n", ok ? "MET" : "MISSED");
+  return absl::OkStatus();
+}
+
+absl::Status IoBench::WriteJson() {
+  if (f_.json_path.empty()) return absl::OkStatus();
+  nlohmann::json j;
+  j["results"] = nlohmann::json::array();
+  for (const Point& p : points_) {
+    nlohmann::json r;
+    r["engine"] = std::string(IoEngineKindName(p.engine));
+    r["op"] = std::string(IoOpName(p.op));
+    r["block_size"] = p.block_size;
+    r["queue_depth"] = p.depth;
+    r["mbps"] = p.mbps();
+    r["mbps_runs"] = p.ours;
+    if (!p.fio.empty()) {
+      r["fio_mbps"] = p.fio_mbps();
+      r["fio_mbps_runs"] = p.fio;
+      r["ratio"] = p.ratio();
+      r["ratio_runs"] = p.ratios;
+    } else {
+      r["fio_mbps"] = nullptr;
+      r["ratio"] = nullptr;
+    }
+    j["results"].push_back(r);
+  }
+  if (!swap_rounds_.empty()) {
+    std::vector<double> sw, sr, rw, rr;
+    for (const SwapPathResult& r : swap_rounds_) {
+      sw.push_back(r.store_write_mbps);
+      sr.push_back(r.store_read_mbps);
+      rw.push_back(r.raw_write_mbps);
+      rr.push_back(r.raw_read_mbps);
+    }
+    j["extent_store"] = {{"write_mbps", Median(sw)},          {"read_mbps", Median(sr)},
+                         {"raw_write_mbps", Median(rw)},      {"raw_read_mbps", Median(rr)},
+                         {"write_mbps_runs", sw},             {"read_mbps_runs", sr},
+                         {"raw_write_mbps_runs", rw},         {"raw_read_mbps_runs", rr},
+                         {"shard_bytes", f_.shard_size},      {"shards", f_.shards},
+                         {"checksum", std::string(ChecksumKindName(f_.checksum))},
+                         {"sync_policy", std::string(SyncPolicyName(f_.store_sync))}};
+  }
+  j["config"] = {{"dir", f_.dir},
+                 {"file_size", f_.file_size},
+                 {"runtime_s", absl::ToDoubleSeconds(f_.runtime)},
+                 {"pairs_per_point", f_.reps},
+                 {"registered_buffers_and_files", f_.register_buffers},
+                 {"sqpoll", f_.sqpoll}};
+  std::ofstream out(f_.json_path);
+  out << j.dump(2) << "\n";
+  if (!out) return absl::UnavailableError(absl::StrCat("writing ", f_.json_path, " failed"));
+  std::printf("\nwrote %s\n", f_.json_path.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status IoBench::Run() {
+  STRATA_RETURN_IF_ERROR(Prepare());
+  if (f_.tune) {
+    STRATA_RETURN_IF_ERROR(RunTune());
+  } else {
+    STRATA_RETURN_IF_ERROR(RunMatrix());
+    PrintTargets();
+    if (f_.store) STRATA_RETURN_IF_ERROR(RunSwapPath());
+  }
+  return WriteJson();
+}
+
+}  // namespace
+
+int RunIoBench(int argc, char** argv) {
+  Flags f;
+  CommandLine cl("strata bench io");
+  cl.AddString("dir", &f.dir,
+               "directory on the NVMe to test (default: the nvme_path of --deepspeed_config, else "
+               "$STRATA_NVME_PATH)");
+  cl.AddString("deepspeed_config", &f.deepspeed_config, "DeepSpeed JSON config whose offload nvme_path to use");
+  cl.AddParsed("file_size", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.file_size, ParseByteSize(v));
+    if (f.file_size < (64 << 20)) return absl::InvalidArgumentError("--file_size must be at least 64MiB");
+    return absl::OkStatus();
+  }, "size of the test file (default 1GiB)");
+  cl.AddParsed("runtime", [&](absl::string_view v) -> absl::Status {
+    if (!absl::ParseDuration(v, &f.runtime) || f.runtime <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat("--runtime '", v, "' is not a positive duration such as 1.5s"));
+    }
+    f.runtime_given = true;
+    return absl::OkStatus();
+  }, "seconds per run, e.g. 1.5s (default 1.5s; 1s with --tune)");
+  cl.AddParsed("reps", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.reps, ParseU32(v, 1, 100));
+    return absl::OkStatus();
+  }, "ours/fio pairs per point (default 2)");
+  cl.AddParsed("engines", [&](absl::string_view v) -> absl::Status {
+    f.engines_given = true;
+    return ParseList(v, &f.engines, ParseIoEngineKind);
+  }, "comma list of io_uring, libaio, psync (default all)");
+  cl.AddParsed("block_sizes", [&](absl::string_view v) -> absl::Status {
+    f.block_sizes_given = true;
+    STRATA_RETURN_IF_ERROR(ParseList(v, &f.block_sizes, ParseByteSize));
+    for (uint64_t bs : f.block_sizes) {
+      if (bs % 4096 != 0 || bs == 0 || bs > (64 << 20)) {
+        return absl::InvalidArgumentError("--block_sizes must be multiples of 4KiB up to 64MiB");
+      }
+    }
+    return absl::OkStatus();
+  }, "comma list (default 128K,1M,8M)");
+  cl.AddParsed("depths", [&](absl::string_view v) -> absl::Status {
+    f.depths_given = true;
+    return ParseList(v, &f.depths, [](absl::string_view s) { return ParseU32(s, 1, 1024); });
+  }, "comma list of queue depths (default 1,8,32)");
+  cl.AddParsed("ops", [&](absl::string_view v) -> absl::Status {
+    return ParseList(v, &f.ops, [](absl::string_view s) -> absl::StatusOr<IoOp> {
+      if (s == "read") return IoOp::kRead;
+      if (s == "write") return IoOp::kWrite;
+      return absl::InvalidArgumentError(absl::StrCat("op '", s, "': use read or write"));
+    });
+  }, "read,write (default both)");
+  cl.AddBool("fio", &f.fio, "run fio as the peer in the same invocation (default on; --nofio)");
+  cl.AddBool("register", &f.register_buffers,
+             "io_uring registered buffers and files, fio --fixedbufs --registerfiles (default on)");
+  cl.AddBool("sqpoll", &f.sqpoll, "io_uring SQPOLL for ours and fio (default off)");
+  cl.AddBool("tune", &f.tune, "sweep block size x depth for the first engine and print the best as config");
+  cl.AddBool("store", &f.store, "also measure the ExtentStore swap path (default on)");
+  cl.AddString("json", &f.json_path, "write results as JSON to this file");
+  cl.AddParsed("shard_size", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.shard_size, ParseByteSize(v));
+    if (f.shard_size == 0 || f.shard_size % 4096 != 0) return absl::InvalidArgumentError("--shard_size must be a multiple of 4KiB");
+    return absl::OkStatus();
+  }, "swap path shard size (default 64MiB)");
+  cl.AddParsed("shards", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.shards, ParseU32(v, 1, 4096));
+    return absl::OkStatus();
+  }, "swap path shards per pass (default 8)");
+  cl.AddParsed("store_reps", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.store_reps, ParseU32(v, 1, 100));
+    return absl::OkStatus();
+  }, "swap path rounds (default 3)");
+  cl.AddParsed("checksum", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.checksum, ParseChecksumKind(v));
+    return absl::OkStatus();
+  }, "xxh3 or crc32c (default xxh3)");
+  cl.AddParsed("store_sync", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.store_sync, ParseSyncPolicy(v));
+    return absl::OkStatus();
+  }, "fdatasync policy for the swap path: every_commit, batched, never (default never, like the raw engine)");
+  cl.AddParsed("store_engine", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.store_engine, ParseIoEngineKind(v));
+    return absl::OkStatus();
+  }, "engine for the swap path (default io_uring)");
+  cl.AddParsed("store_block_size", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.store_block_size, ParseByteSize(v));
+    return absl::OkStatus();
+  }, "engine block size for the swap path (default 1M)");
+  cl.AddParsed("store_depth", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.store_depth, ParseU32(v, 1, 1024));
+    return absl::OkStatus();
+  }, "engine queue depth for the swap path (default 32)");
+
+  absl::Status s = cl.Parse(argc, argv);
+  if (cl.help_requested()) {
+    std::printf("%s", cl.Usage().c_str());
+    return 0;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "strata bench io: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (f.dir.empty() && !f.deepspeed_config.empty()) {
+    absl::StatusOr<DeepSpeedConfig> ds = LoadDeepSpeedConfigFile(f.deepspeed_config);
+    if (!ds.ok()) {
+      std::fprintf(stderr, "strata bench io: %s\n", std::string(ds.status().message()).c_str());
+      return 2;
+    }
+    f.dir = !ds->zero.offload_optimizer.nvme_path.empty() ? ds->zero.offload_optimizer.nvme_path
+                                                          : ds->zero.offload_param.nvme_path;
+  }
+  if (f.dir.empty()) {
+    const char* env = std::getenv("STRATA_NVME_PATH");
+    if (env != nullptr) f.dir = env;
+  }
+  if (f.dir.empty()) {
+    std::fprintf(stderr,
+                 "strata bench io: no directory: pass --dir DIR on the NVMe to test (or --deepspeed_config with an "
+                 "offload nvme_path, or set STRATA_NVME_PATH)\n");
+    return 2;
+  }
+  if (f.tune) {
+    if (!f.engines_given) f.engines = {IoEngineKind::kUring};
+    if (!f.block_sizes_given) f.block_sizes = {128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20};
+    if (!f.depths_given) f.depths = {1, 2, 4, 8, 16, 32, 64};
+    if (!f.runtime_given) f.runtime = absl::Seconds(1);
+    f.reps = std::min<uint32_t>(f.reps, 1);
+  }
+  IoBench bench(f);
+  absl::Status r = bench.Run();
+  if (!r.ok()) {
+    std::fprintf(stderr, "strata bench io: %s\n", r.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace strata

@@ -1,0 +1,46 @@
+#include "examples/train_options.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace strata {
+
+absl::string_view TrainModeName(TrainMode mode) {
+  switch (mode) {
+    case TrainMode::kLocal: return "local";
+    case TrainMode::kOffload: return "offload";
+    case TrainMode::kInfinity: return "infinity";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<TrainMode> ParseTrainMode(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  for (TrainMode mode : {TrainMode::kLocal, TrainMode::kOffload, TrainMode::kInfinity}) {
+    if (lower == TrainModeName(mode)) return mode;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--mode=", text, ": expected local, offload or infinity"));
+}
+
+absl::Status ValidateTrainOptions(const TrainOptions& options) {
+  if (options.world_size == 0) return absl::InvalidArgumentError("--ranks must be at least 1");
+  if (options.steps == 0) return absl::InvalidArgumentError("--steps must be at least 1");
+  if (options.widths.size() < 2) {
+    return absl::InvalidArgumentError("the model needs at least an input and an output width");
+  }
+  for (int w : options.widths) {
+    if (w < 1) return absl::InvalidArgumentError(absl::StrCat("model width ", w, " is not positive"));
+  }
+  if (options.batch_rows < 1) return absl::InvalidArgumentError("--batch must be at least 1");
+  if (options.mode != TrainMode::kLocal) {
+    if (options.socket_path.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mode=", TrainModeName(options.mode), " needs --socket: the path stratad listens on"));
+    }
+    if (options.job_name.empty()) return absl::InvalidArgumentError("the job name is empty");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata

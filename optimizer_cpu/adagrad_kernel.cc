@@ -1,0 +1,68 @@
+// Adagrad, one Highway kernel for every target and gradient/output dtype, in
+// the float operation order of torch.optim.Adagrad (_single_tensor_adagrad,
+// dense gradients) and reference_optimizer.cc:
+//   g += wd * p;  sum += g * g;  p += -clr * (g / (sqrt(sum) + eps))
+// The sum of squares lives in StepSpans::exp_avg.
+#include <cstddef>
+
+#include "optimizer_cpu/kernels.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "optimizer_cpu/adagrad_kernel.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "optimizer_cpu/half-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata {
+namespace HWY_NAMESPACE {
+namespace {
+
+template <DType kGrad, bool kHasOut, DType kOut>
+void AdagradTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
+  const bool l2 = s.weight_decay != 0.0f;
+  float* HWY_RESTRICT params = spans.params;
+  float* HWY_RESTRICT sum_sq = spans.exp_avg;
+  ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR {
+    auto g = hn::Mul(LoadAsF32<kGrad>(d, spans.grad, i), hn::Set(d, s.grad_scale));
+    if (s.maximize) g = hn::Neg(g);
+    auto p = hn::LoadU(d, params + i);
+    if (l2) g = hn::Add(g, hn::Mul(hn::Set(d, s.weight_decay), p));
+    const auto sum = hn::Add(hn::LoadU(d, sum_sq + i), hn::Mul(g, g));
+    const auto std_dev = hn::Add(hn::Sqrt(sum), hn::Set(d, s.eps));
+    p = hn::Add(p, hn::Mul(hn::Set(d, s.neg_step_size), hn::Div(g, std_dev)));
+    hn::StoreU(sum, d, sum_sq + i);
+    hn::StoreU(p, d, params + i);
+    if constexpr (kHasOut) StoreFromF32<kOut>(d, p, spans.param_out, i);
+  });
+}
+
+}  // namespace
+
+void AdagradRangeT(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
+  WithDType(spans.grad_dtype, [&](auto grad) {
+    if (!spans.param_out_dtype.has_value()) {
+      AdagradTyped<decltype(grad)::value, false, DType::kFp32>(s, spans, begin, end);
+    } else if (*spans.param_out_dtype == DType::kFp16) {
+      AdagradTyped<decltype(grad)::value, true, DType::kFp16>(s, spans, begin, end);
+    } else {
+      AdagradTyped<decltype(grad)::value, true, DType::kBf16>(s, spans, begin, end);
+    }
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace strata
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata {
+HWY_EXPORT(AdagradRangeT);
+
+namespace internal {
+void AdagradRange(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
+  HWY_DYNAMIC_DISPATCH(AdagradRangeT)(s, spans, begin, end);
+}
+}  // namespace internal
+}  // namespace strata
+#endif  // HWY_ONCE

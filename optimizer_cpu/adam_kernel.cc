@@ -1,0 +1,85 @@
+// Adam and AdamW, one Highway kernel for every target and gradient/output
+// dtype. Each element: load the gradient (any dtype) and scale it, apply L2
+// (Adam) or decoupled (AdamW) weight decay, update both moments, optionally
+// the AMSGrad max, then the param, and write the 16-bit copy -- one pass over
+// memory. The float operations and their order are those of
+// reference_optimizer.cc and of torch.optim.Adam(W) (_single_tensor_adam).
+#include <cstddef>
+
+#include "optimizer_cpu/kernels.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "optimizer_cpu/adam_kernel.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "optimizer_cpu/half-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata {
+namespace HWY_NAMESPACE {
+namespace {
+
+template <DType kGrad, bool kHasOut, DType kOut>
+void AdamTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
+  const bool l2 = s.weight_decay != 0.0f;
+  float* HWY_RESTRICT params = spans.params;
+  float* HWY_RESTRICT exp_avg = spans.exp_avg;
+  float* HWY_RESTRICT exp_avg_sq = spans.exp_avg_sq;
+  float* HWY_RESTRICT max_sq = spans.max_exp_avg_sq;
+  ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR {
+    auto g = hn::Mul(LoadAsF32<kGrad>(d, spans.grad, i), hn::Set(d, s.grad_scale));
+    if (s.maximize) g = hn::Neg(g);
+    auto p = hn::LoadU(d, params + i);
+    if (l2) g = hn::Add(g, hn::Mul(hn::Set(d, s.weight_decay), p));
+    p = hn::Mul(p, hn::Set(d, s.decay_factor));
+    const auto m = hn::Add(hn::Mul(hn::LoadU(d, exp_avg + i), hn::Set(d, s.beta1)),
+                           hn::Mul(g, hn::Set(d, s.one_minus_beta1)));
+    const auto v = hn::Add(hn::Mul(hn::LoadU(d, exp_avg_sq + i), hn::Set(d, s.beta2)),
+                           hn::Mul(hn::Mul(hn::Set(d, s.one_minus_beta2), g), g));
+    auto v_hat = v;
+    if (s.amsgrad) {
+      // torch.maximum: NaN in either operand wins.
+      const auto old = hn::LoadU(d, max_sq + i);
+      v_hat = hn::IfThenElse(hn::Or(hn::Gt(v, old), hn::IsNaN(v)), v, old);
+      v_hat = hn::IfThenElse(hn::IsNaN(old), old, v_hat);
+      hn::StoreU(v_hat, d, max_sq + i);
+    }
+    const auto denom = hn::Add(hn::Div(hn::Sqrt(v_hat), hn::Set(d, s.bias_correction2_sqrt)),
+                               hn::Set(d, s.eps));
+    p = hn::Add(p, hn::Mul(hn::Set(d, s.neg_step_size), hn::Div(m, denom)));
+    hn::StoreU(m, d, exp_avg + i);
+    hn::StoreU(v, d, exp_avg_sq + i);
+    hn::StoreU(p, d, params + i);
+    if constexpr (kHasOut) StoreFromF32<kOut>(d, p, spans.param_out, i);
+  });
+}
+
+}  // namespace
+
+void AdamRangeT(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
+  WithDType(spans.grad_dtype, [&](auto grad) {
+    if (!spans.param_out_dtype.has_value()) {
+      AdamTyped<decltype(grad)::value, false, DType::kFp32>(s, spans, begin, end);
+    } else if (*spans.param_out_dtype == DType::kFp16) {
+      AdamTyped<decltype(grad)::value, true, DType::kFp16>(s, spans, begin, end);
+    } else {
+      AdamTyped<decltype(grad)::value, true, DType::kBf16>(s, spans, begin, end);
+    }
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace strata
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata {
+HWY_EXPORT(AdamRangeT);
+
+namespace internal {
+void AdamRange(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
+  HWY_DYNAMIC_DISPATCH(AdamRangeT)(s, spans, begin, end);
+}
+}  // namespace internal
+}  // namespace strata
+#endif  // HWY_ONCE

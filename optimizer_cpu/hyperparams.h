@@ -1,0 +1,97 @@
+// The optimizer algorithms strata runs on the CPU and their hyperparameters.
+//
+// Each algorithm follows the semantics of the PyTorch optimizer of the same
+// name (torch.optim, 1.13), so a job moved from GPU Adam to ZeRO-Offload keeps
+// its numbers: Adam adds L2 weight decay to the gradient, AdamW decays the
+// weights (decoupled), both with optional AMSGrad and bias correction; Adagrad
+// has lr_decay, initial_accumulator_value and eps. Lion (not in torch 1.13)
+// follows Chen et al., "Symbolic Discovery of Optimization Algorithms" (2023),
+// Algorithm 2, as written in lucidrains/lion-pytorch:
+//   p <- p * (1 - lr * wd)
+//   p <- p - lr * sign(beta1 * m + (1 - beta1) * g)
+//   m <- beta2 * m + (1 - beta2) * g
+#ifndef STRATA_OPTIMIZER_CPU_HYPERPARAMS_H_
+#define STRATA_OPTIMIZER_CPU_HYPERPARAMS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/deepspeed_config.h"
+
+namespace strata {
+
+// OptimizerKind (kAdam, kAdamW, kAdagrad, kLion) and OptimizerKindName come
+// from core/deepspeed_config.h, which reads them from DeepSpeed configs.
+
+// "adam", "adamw", "adagrad", "lion", case-insensitive. InvalidArgument names the accepted ones.
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view text);
+
+// Hyperparameters. Defaults are torch.optim's (Lion's are the paper's).
+// Doubles, as in Python: the per-step constants are computed in double and
+// rounded once to float, the way torch passes Python scalars to its kernels.
+struct OptimizerHyperparams {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  double lr = 1e-3;
+  // Adam/AdamW: the moment decays. Lion: beta1 interpolates the update,
+  // beta2 decays the momentum. Unused by Adagrad.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  // Adam/AdamW/Adagrad; added outside the square root, as torch does.
+  double eps = 1e-8;
+  // Adam and Adagrad: L2 (added to the gradient). AdamW and Lion: decoupled.
+  double weight_decay = 0.0;
+  bool amsgrad = false;          // Adam/AdamW only.
+  bool maximize = false;         // all: ascend instead of descend.
+  bool bias_correction = true;   // Adam/AdamW only.
+  double lr_decay = 0.0;                   // Adagrad only.
+  double initial_accumulator_value = 0.0;  // Adagrad only.
+};
+
+// The hyperparameters of a DeepSpeed "optimizer" section (core's reader has
+// already applied DeepSpeed's per-kind defaults).
+OptimizerHyperparams HyperparamsFromDeepSpeed(const OptimizerConfig& deepspeed);
+
+// Lion's usual defaults (lr 1e-4, betas 0.9/0.99), for callers that want them.
+OptimizerHyperparams DefaultLionHyperparams();
+
+// InvalidArgument, naming the field, for: lr, eps, weight_decay, lr_decay or
+// initial_accumulator_value negative or not finite; beta1 or beta2 outside
+// [0, 1); amsgrad with a kind other than Adam/AdamW.
+absl::Status ValidateOptimizerHyperparams(const OptimizerHyperparams& config);
+
+// Which state buffers an algorithm keeps besides the fp32 params:
+// Adam/AdamW: exp_avg, exp_avg_sq (+ max_exp_avg_sq with amsgrad);
+// Adagrad: the sum of squares (held in exp_avg); Lion: exp_avg.
+struct StateLayout {
+  bool exp_avg = false;
+  bool exp_avg_sq = false;
+  bool max_exp_avg_sq = false;
+};
+StateLayout StateLayoutFor(const OptimizerHyperparams& config);
+
+// The float constants of one step, computed once per call and shared by the
+// vector kernels and the scalar reference so that both round identically.
+struct StepScalars {
+  float beta1 = 0;            // Adam/Lion: beta1
+  float one_minus_beta1 = 0;  // (float)(1 - beta1)
+  float beta2 = 0;
+  float one_minus_beta2 = 0;
+  float eps = 0;
+  float weight_decay = 0;     // L2 coefficient (Adam, Adagrad); 0 otherwise
+  float decay_factor = 1;     // (float)(1 - lr * wd) for AdamW/Lion; 1 otherwise
+  float neg_step_size = 0;    // -lr / (1 - beta1^t) (Adam), -clr (Adagrad), -lr (Lion)
+  float bias_correction2_sqrt = 1;  // sqrt(1 - beta2^t), Adam only
+  float grad_scale = 1;       // multiplies every gradient first
+  bool maximize = false;
+  bool amsgrad = false;
+};
+
+// REQUIRES: ValidateOptimizerHyperparams(config).ok(), step >= 1.
+StepScalars ComputeStepScalars(const OptimizerHyperparams& config, int64_t step,
+                               float grad_scale);
+
+}  // namespace strata
+
+#endif  // STRATA_OPTIMIZER_CPU_HYPERPARAMS_H_
