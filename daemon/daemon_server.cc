@@ -12,6 +12,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/server_posix.h"
+#include "swap/aligned_buffer.h"
 #include "swap/extent_store.h"
 #include "swap/io_engine.h"
 
@@ -122,6 +123,38 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
     return tiers;
   };
   server->service_ = std::make_unique<StrataService>(std::move(ctx));
+  if (server->nvme_ != nullptr) {
+    // ZeRO-Infinity jobs of an earlier run: their records are on NVMe.
+    std::vector<std::pair<uint64_t, std::string>> records;
+    uint64_t max_id = 0;
+    for (const ShardKey& key : server->nvme_->Keys()) {
+      max_id = std::max<uint64_t>(max_id, key.job.value());
+      if (!Job::IsRecordKey(key)) continue;
+      auto size = server->nvme_->SizeOf(key);
+      if (!size.ok()) return size.status();
+      auto buffer = AlignedBuffer::Allocate(std::max<uint64_t>(*size, 1), server->nvme_->alignment());
+      if (!buffer.ok()) return buffer.status();
+      auto got = server->nvme_->Read(key, buffer->span());
+      if (!got.ok()) {
+        server->choices_.push_back(absl::StrCat("nvme: the record of job ", key.job.value(),
+                                                " is unreadable (", got.status().message(), "); job skipped"));
+        continue;
+      }
+      records.push_back({key.job.value(), std::string(reinterpret_cast<const char*>(buffer->data()), *got)});
+    }
+    server->registry_->ReserveJobIdsBelow(max_id + 1);
+    for (auto& [id, record] : records) {
+      auto job = Job::Restore(id, record, services);
+      if (!job.ok()) {
+        server->choices_.push_back(absl::StrCat("nvme: job ", id, " not restored: ", job.status().message()));
+        continue;
+      }
+      const std::string name = (*job)->settings().name;
+      const uint64_t step = (*job)->next_step();
+      if (absl::Status s = server->registry_->AddJob(std::move(*job)); !s.ok()) return s;
+      server->choices_.push_back(absl::StrCat("nvme: restored job '", name, "' (id ", id, ") at step ", step));
+    }
+  }
   return server;
 }
 

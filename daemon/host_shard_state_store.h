@@ -24,6 +24,9 @@ class HostShardStateStore final : public ShardStateStore {
   explicit HostShardStateStore(const StateLayout& layout) : layout_(layout) {}
 
   absl::Status Create(uint32_t rank, uint32_t index, uint64_t numel) override;
+  absl::Status Adopt(uint32_t, uint32_t, uint64_t) override {
+    return absl::UnimplementedError("offload states live in host memory and do not survive a restart");
+  }
   absl::Status Update(const std::vector<ShardId>& shards, const TileFn& fn) override;
   absl::Status Read(const std::vector<ShardId>& shards, const TileFn& fn) override;
   uint64_t bytes() const override;

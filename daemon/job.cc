@@ -8,6 +8,9 @@
 #include "core/status_macros.h"
 #include "daemon/host_shard_state_store.h"
 #include "daemon/nvme_shard_state_store.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
+#include "swap/aligned_buffer.h"
 #include "swap/extent_store.h"
 
 namespace strata {
@@ -100,7 +103,7 @@ uint64_t Job::params() const {
   return total;
 }
 
-absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors) {
+absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt) {
   PartitionSpec spec;
   spec.stage = settings_.stage;
   spec.world_size = settings_.world_size;
@@ -147,7 +150,8 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors) {
     STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
     rank.grad_ready.assign(rank.slots.size(), false);
     for (const ExchangeSlot& slot : rank.slots) {
-      STRATA_RETURN_IF_ERROR(states_->Create(r, slot.layout.index, slot.layout.padded_numel));
+      STRATA_RETURN_IF_ERROR(adopt ? states_->Adopt(r, slot.layout.index, slot.layout.padded_numel)
+                                   : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
     }
   }
   if (settings_.mode == strata::v1::MODE_INFINITY) {
@@ -176,7 +180,7 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
   if (tensors.empty()) return absl::InvalidArgumentError("RegisterTensors: no tensors given");
   if (!registered_) {
     tensors_ = tensors;
-    absl::Status s = BuildLayoutsLocked(tensors);
+    absl::Status s = BuildLayoutsLocked(tensors, /*adopt=*/false);
     if (!s.ok()) {
       tensors_.clear();
       ranks_.clear();
@@ -256,9 +260,18 @@ absl::Status Job::InitParams(uint32_t rank) {
   if (param_cache_ != nullptr) {
     for (const ExchangeSlot& slot : slots) STRATA_RETURN_IF_ERROR(param_cache_->StoreHome(rank, slot.layout.index));
   }
-  absl::MutexLock lock(&mu_);
-  ranks_[rank].initialized = true;
-  return absl::OkStatus();
+  std::string record;
+  {
+    absl::MutexLock lock(&mu_);
+    ranks_[rank].initialized = true;
+    bool all = true;
+    for (const RankState& r : ranks_) all = all && r.initialized;
+    if (!all || services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return absl::OkStatus();
+    record = RecordLocked();
+  }
+  STRATA_RETURN_IF_ERROR(WriteRecord(record));
+  absl::MutexLock io(services_.nvme_mu);
+  return services_.nvme->Commit();
 }
 
 absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
@@ -422,8 +435,27 @@ void Job::RunStep() {
       }
     }
     if (status.ok() && services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {
-      absl::MutexLock io(services_.nvme_mu);
-      status = services_.nvme->Commit();
+      // The record that goes into the same commit says this step is done.
+      std::string record;
+      {
+        absl::MutexLock lock(&mu_);
+        LossScaler after = scaler_;
+        after.Update(overflow);
+        nlohmann::json r = nlohmann::json::parse(RecordLocked());
+        r["next_step"] = step + 1;
+        r["optimizer_steps"] = optimizer_steps_ + 1;
+        r["loss_scaler"]["scale"] = after.state().scale;
+        r["loss_scaler"]["hysteresis_left"] = after.state().hysteresis_left;
+        r["loss_scaler"]["iteration"] = after.state().iteration;
+        r["loss_scaler"]["last_overflow_iteration"] = after.state().last_overflow_iteration;
+        r["loss_scaler"]["any_overflow"] = after.state().any_overflow;
+        record = r.dump();
+      }
+      status = WriteRecord(record);
+      if (status.ok()) {
+        absl::MutexLock io(services_.nvme_mu);
+        status = services_.nvme->Commit();
+      }
     }
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -453,6 +485,78 @@ void Job::RunStep() {
   step_queued_ = false;
   next_step_ = step + 1;
   changed_.SignalAll();
+}
+
+ShardKey Job::RecordKey(uint64_t job_id) {
+  return ShardKey{JobId(job_id), Rank(UINT32_MAX), TensorId(UINT32_MAX), TensorKind::kParam16, 0};
+}
+
+bool Job::IsRecordKey(const ShardKey& key) {
+  return key.rank == Rank(UINT32_MAX) && key.tensor == TensorId(UINT32_MAX);
+}
+
+std::string Job::RecordLocked() const {
+  nlohmann::json r;
+  std::string settings_json;
+  (void)google::protobuf::util::MessageToJsonString(JobSettingsToRequest(settings_), &settings_json);
+  r["settings"] = nlohmann::json::parse(settings_json);
+  r["tensors"] = nlohmann::json::array();
+  for (const TensorSpec& t : tensors_) r["tensors"].push_back({{"name", t.name}, {"numel", t.numel}});
+  r["next_step"] = next_step_;
+  r["optimizer_steps"] = optimizer_steps_;
+  const LossScalerState& ls = scaler_.state();
+  r["loss_scaler"] = {{"scale", ls.scale},
+                      {"hysteresis_left", ls.hysteresis_left},
+                      {"iteration", ls.iteration},
+                      {"last_overflow_iteration", ls.last_overflow_iteration},
+                      {"any_overflow", ls.any_overflow}};
+  return r.dump();
+}
+
+absl::Status Job::WriteRecord(const std::string& record) {
+  absl::MutexLock io(services_.nvme_mu);
+  const uint32_t align = services_.nvme->alignment();
+  STRATA_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::Allocate(record.size(), align));
+  std::memcpy(buffer.data(), record.data(), record.size());
+  return services_.nvme->Write(RecordKey(id_), absl::Span<const std::byte>(buffer.data(), record.size()));
+}
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Restore(uint64_t id, const std::string& record, JobServices services) {
+  nlohmann::json r = nlohmann::json::parse(record, nullptr, false);
+  if (r.is_discarded() || !r.is_object()) {
+    return absl::DataLossError(absl::StrCat("the NVMe record of job ", id, " is not valid JSON"));
+  }
+  try {
+    strata::v1::CreateJobRequest request;
+    if (!google::protobuf::util::JsonStringToMessage(r["settings"].dump(), &request).ok()) {
+      return absl::DataLossError(absl::StrCat("the NVMe record of job ", id, " has bad settings"));
+    }
+    STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(request));
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
+    std::vector<TensorSpec> tensors;
+    for (const auto& t : r["tensors"]) {
+      tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(tensors.size())), t["name"].get<std::string>(),
+                                   t["numel"].get<uint64_t>()});
+    }
+    absl::MutexLock lock(&job->mu_);
+    job->tensors_ = tensors;
+    STRATA_RETURN_IF_ERROR(job->BuildLayoutsLocked(tensors, /*adopt=*/true));
+    job->registered_ = true;
+    for (RankState& rank : job->ranks_) rank.initialized = true;
+    job->next_step_ = r["next_step"].get<uint64_t>();
+    job->optimizer_steps_ = r["optimizer_steps"].get<uint64_t>();
+    const auto& ls = r["loss_scaler"];
+    LossScalerState state;
+    state.scale = ls["scale"].get<double>();
+    state.hysteresis_left = ls["hysteresis_left"].get<uint32_t>();
+    state.iteration = ls["iteration"].get<uint64_t>();
+    state.last_overflow_iteration = ls["last_overflow_iteration"].get<uint64_t>();
+    state.any_overflow = ls["any_overflow"].get<bool>();
+    job->scaler_ = LossScaler(job->settings_.loss_scale, state);
+    return job;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat("the NVMe record of job ", id, " is malformed: ", e.what()));
+  }
 }
 
 absl::Status Job::Acquire(uint32_t rank, const std::vector<uint32_t>& indices, absl::Time deadline) {

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/shard_key.h"
 #include "core/zero_partition.h"
 #include "daemon/job_settings.h"
 #include "daemon/loss_scaler.h"
@@ -116,6 +117,15 @@ class Job {
   static absl::StatusOr<std::unique_ptr<Job>> LoadFrom(uint64_t id, const std::string& directory,
                                                        const std::string& new_name, JobServices services);
 
+  // ZeRO-Infinity jobs survive a daemon restart: their record (settings,
+  // tensors, step count, loss scaler) is an extent-store shard under this key,
+  // committed together with the step's states, so the two always agree.
+  static ShardKey RecordKey(uint64_t job_id);
+  static bool IsRecordKey(const ShardKey& key);
+  // Rebuilds a job from its record; its states and params stay on NVMe.
+  static absl::StatusOr<std::unique_ptr<Job>> Restore(uint64_t id, const std::string& record,
+                                                      JobServices services);
+
   // Stops the worker after the step in progress (graceful shutdown).
   void Stop();
 
@@ -133,7 +143,11 @@ class Job {
   };
 
   Job(uint64_t id, JobSettings settings, JobServices services);
-  absl::Status BuildLayoutsLocked(const std::vector<TensorSpec>& tensors) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string RecordLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the record into the extent store (the caller commits).
+  absl::Status WriteRecord(const std::string& record);
   void WorkerLoop();
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);

@@ -32,6 +32,11 @@ uint64_t JobRegistry::NextJobId() {
   return next_job_id_++;
 }
 
+void JobRegistry::ReserveJobIdsBelow(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  next_job_id_ = std::max(next_job_id_, id);
+}
+
 absl::StatusOr<std::pair<std::shared_ptr<Job>, bool>> JobRegistry::CreateJob(JobSettings settings,
                                                                             bool attach_if_exists) {
   {

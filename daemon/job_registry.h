@@ -68,6 +68,8 @@ class JobRegistry {
   void StartDraining();
   bool draining() const;
   uint64_t NextJobId();
+  // Job ids below `id` are taken (jobs found on NVMe at startup).
+  void ReserveJobIdsBelow(uint64_t id);
 
  private:
   struct Session {

@@ -119,6 +119,20 @@ absl::Status NvmeShardStateStore::Create(uint32_t rank, uint32_t index, uint64_t
   return absl::OkStatus();
 }
 
+absl::Status NvmeShardStateStore::Adopt(uint32_t rank, uint32_t index, uint64_t numel) {
+  numel_[{rank, index}] = numel;
+  absl::MutexLock lock(store_mu_);
+  for (const TileRef& ref : Tiles({ShardId{rank, index}})) {
+    for (TensorKind kind : Streams()) {
+      ShardKey key{JobId(job_id_), Rank(rank), TensorId(index), kind, ref.tile};
+      if (!store_->Contains(key)) {
+        return absl::NotFoundError(absl::StrCat(ShardKeyToString(key), " is missing from NVMe"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NvmeShardStateStore::Run(const std::vector<ShardId>& shards, const TileFn& fn, bool write_back) {
   const std::vector<TileRef> tiles = Tiles(shards);
   if (tiles.empty()) return absl::OkStatus();

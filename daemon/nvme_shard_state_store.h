@@ -33,6 +33,7 @@ class NvmeShardStateStore final : public ShardStateStore {
       uint64_t tile_bytes);
 
   absl::Status Create(uint32_t rank, uint32_t index, uint64_t numel) override;
+  absl::Status Adopt(uint32_t rank, uint32_t index, uint64_t numel) override;
   absl::Status Update(const std::vector<ShardId>& shards, const TileFn& fn) override;
   absl::Status Read(const std::vector<ShardId>& shards, const TileFn& fn) override;
   uint64_t bytes() const override;

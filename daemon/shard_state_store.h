@@ -38,6 +38,11 @@ class ShardStateStore {
   // Creates the states of shard (rank, index) with `numel` elements, zeroed.
   virtual absl::Status Create(uint32_t rank, uint32_t index, uint64_t numel) = 0;
 
+  // Takes over the states of shard (rank, index) that a previous run of the
+  // daemon left in persistent storage. NotFound when they are not there;
+  // Unimplemented for stores that do not outlive the daemon.
+  virtual absl::Status Adopt(uint32_t rank, uint32_t index, uint64_t numel) = 0;
+
   // Calls `fn` on every tile of `shards`, in order, with the states loaded,
   // then persists what `fn` changed. An implementation that loads from slower
   // storage overlaps loading the next tile and saving the previous one with

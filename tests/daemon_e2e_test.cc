@@ -121,6 +121,139 @@ void RunOffloadJob(StrataClient& client, const std::string& name, int steps) {
   }
 }
 
+// Reference: whole tensors stepped locally with the same CPU optimizer.
+std::vector<std::vector<float>> LocalReference(int steps) {
+  auto opt = CpuOptimizer::Create({});
+  OptimizerHyperparams hp;
+  hp.kind = OptimizerKind::kAdamW;
+  hp.lr = 0.01;
+  hp.weight_decay = 0.1;
+  std::vector<std::vector<float>> params;
+  std::vector<TensorDesc> model = Model();
+  for (uint32_t t = 0; t < model.size(); ++t) {
+    const uint64_t n = model[t].numel;
+    std::vector<float> p(n), m(n, 0), v(n, 0), g(n);
+    for (uint64_t e = 0; e < n; ++e) p[e] = InitialParam(t, e);
+    for (int step = 0; step < steps; ++step) {
+      for (uint64_t e = 0; e < n; ++e) g[e] = Grad(t, e, step);
+      StepSpans spans;
+      spans.size = n;
+      spans.params = p.data();
+      spans.exp_avg = m.data();
+      spans.exp_avg_sq = v.data();
+      spans.grad = g.data();
+      EXPECT_TRUE((*opt)->Step(hp, step + 1, spans).ok());
+    }
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
+// ZeRO-Infinity: params and optimizer states on NVMe, a pinned budget smaller
+// than the params; each step acquires every layer's shards (forward), then
+// again in reverse (backward), as a trainer would.
+void RunInfinityJob(StrataClient& client, const std::string& name, int steps, int first_step) {
+  std::vector<std::unique_ptr<RankSession>> ranks;
+  for (uint32_t r = 0; r < 2; ++r) {
+    auto s = client.Attach(name, r);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ranks.push_back(std::move(*s));
+    ASSERT_TRUE(ranks[r]->RegisterTensors(Model()).ok());
+    ASSERT_EQ(ranks[r]->shards().size(), Model().size());  // stage 3: one shard per tensor
+    if (first_step == 0) {
+      for (ShardView& shard : ranks[r]->shards()) Fill(shard, shard.param, InitialParam);
+      ASSERT_TRUE(ranks[r]->InitParams().ok());
+    }
+  }
+  for (int step = first_step; step < first_step + steps; ++step) {
+    for (uint32_t r = 0; r < 2; ++r) {
+      const uint32_t n = static_cast<uint32_t>(ranks[r]->shards().size());
+      for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(ranks[r]->Acquire({i}).ok());
+        ASSERT_TRUE(ranks[r]->Release({i}).ok());
+      }
+      for (uint32_t i = n; i-- > 0;) {
+        ASSERT_TRUE(ranks[r]->Acquire({i}).ok());
+        ASSERT_TRUE(ranks[r]->Release({i}).ok());
+      }
+      ASSERT_TRUE(ranks[r]->IterationBoundary().ok());
+      for (ShardView& shard : ranks[r]->shards()) {
+        Fill(shard, shard.grad, [&](uint32_t t, uint64_t e) { return Grad(t, e, step); });
+        ASSERT_TRUE(ranks[r]->GradReady(shard.index, step).ok());
+      }
+    }
+    for (uint32_t r = 0; r < 2; ++r) {
+      auto result = ranks[r]->WaitStep(step);
+      ASSERT_TRUE(result.ok()) << result.status();
+    }
+  }
+  std::vector<std::vector<float>> expected = LocalReference(first_step + steps);
+  for (uint32_t r = 0; r < 2; ++r) {
+    for (const ShardView& shard : ranks[r]->shards()) {
+      ASSERT_TRUE(ranks[r]->Acquire({shard.index}).ok());
+      const float* got = reinterpret_cast<const float*>(shard.param);
+      for (const OwnedRange& range : shard.ranges) {
+        for (uint64_t e = 0; e < range.numel; ++e) {
+          ASSERT_EQ(got[range.shard_offset + e], expected[range.tensor.value()][range.tensor_offset + e])
+              << "rank " << r << " tensor " << range.tensor.value() << " element " << range.tensor_offset + e;
+        }
+      }
+      ASSERT_TRUE(ranks[r]->Release({shard.index}).ok());
+    }
+  }
+}
+
+JobSpec InfinitySpec(const std::string& name) {
+  JobSpec spec;
+  spec.name = name;
+  spec.world_size = 2;
+  spec.mode = JobMode::kInfinity;
+  spec.deepspeed_config_json =
+      R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
+          "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}},
+          "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
+  spec.param_dtype = DType::kFp32;
+  spec.grad_dtype = DType::kFp32;
+  spec.pinned_budget_bytes = 64 << 10;  // smaller than one rank's params
+  return spec;
+}
+
+TEST(DaemonE2ETest, InfinityStepsFromNvmeMatchTheLocalOptimizer) {
+  DaemonProcess daemon(TestDir("infinity"));
+  ASSERT_TRUE(daemon.Start());
+  auto client = daemon.Connect();
+  ASSERT_TRUE(client->CreateJob(InfinitySpec("inf")).ok());
+  RunInfinityJob(*client, "inf", 3, 0);
+  auto stats = client->StatsText();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_NE(stats->find("inf"), std::string::npos);
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonE2ETest, SigtermThenRestartFindsTheInfinityJobOnNvme) {
+  const std::string dir = TestDir("restart");
+  {
+    DaemonProcess daemon(dir);
+    ASSERT_TRUE(daemon.Start());
+    auto client = daemon.Connect();
+    ASSERT_TRUE(client->CreateJob(InfinitySpec("durable")).ok());
+    RunInfinityJob(*client, "durable", 2, 0);
+    client.reset();
+    EXPECT_EQ(daemon.Stop(), 0);
+  }
+  DaemonProcess daemon(dir);
+  ASSERT_TRUE(daemon.Start());
+  auto client = daemon.Connect();
+  auto jobs = client->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].name, "durable");
+  EXPECT_EQ((*jobs)[0].step, 2u);
+  // Two more steps from the restored state equal four steps without a restart.
+  RunInfinityJob(*client, "durable", 2, 2);
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
 TEST(DaemonE2ETest, OffloadStepsMatchTheLocalOptimizerBitForBit) {
   DaemonProcess daemon(TestDir("offload"));
   ASSERT_TRUE(daemon.Start());
