@@ -1,6 +1,7 @@
 #include "bench/adam_bench.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -181,16 +182,33 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+struct Timing {
+  double median_s = 0;
+  // CPU time the process got over wall time x threads while timing: well
+  // below 1 means other processes took the cores and the figure understates
+  // what the kernel does on a quiet machine.
+  double cpu_share = 0;
+};
+
 template <class Fn>
-double MedianSeconds(int warmup, int steps, const Fn& fn) {
+Timing TimeSteps(int warmup, int steps, int threads, const Fn& fn) {
   for (int i = 0; i < warmup; ++i) fn();
   std::vector<double> times;
+  const double cpu0 = ProcessCpuSeconds();
+  const auto start_all = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     fn();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  return Median(times);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_all).count();
+  return {Median(times), (ProcessCpuSeconds() - cpu0) / (wall * threads)};
 }
 
 struct TorchRun {
@@ -199,6 +217,7 @@ struct TorchRun {
   int threads = 0;
   double elements_per_s = 0;
   double median_step_s = 0;
+  double cpu_share = 0;
 };
 
 // glibc's default malloc serves torch's 40 MB temporaries with fresh mmaps
@@ -234,6 +253,7 @@ absl::StatusOr<TorchRun> RunTorch(const Flags& f, int threads, bool foreach, boo
   r.threads = threads;
   r.elements_per_s = j["elements_per_s"].get<double>();
   r.median_step_s = j["median_step_s"].get<double>();
+  r.cpu_share = j.value("cpu_share", 0.0);
   return r;
 }
 
@@ -243,6 +263,7 @@ struct Result {
   double step_s;
   double elements_per_s;
   double bandwidth_gbps;  // probe, same thread count
+  double cpu_share;
 };
 
 std::vector<int> PinList(const Flags& f, int threads) {
@@ -294,7 +315,7 @@ absl::Status Run(const Flags& f) {
     });
 
     auto probe = [&] {
-      return MedianSeconds(f.warmup, f.steps, [&] {
+      return TimeSteps(f.warmup, f.steps, threads, [&] {
         for_tiles([&](size_t b, size_t e) {
           BandwidthProbeRange(params.as<float>(), exp_avg.as<float>(), exp_avg_sq.as<float>(),
                               grad32.as<float>(), b, e);
@@ -303,7 +324,7 @@ absl::Status Run(const Flags& f) {
     };
     // The limit is the better of a probe before and after the kernels, so
     // that a noisy neighbour during one probe does not lower the bar.
-    double probe_s = probe();
+    Timing probe_t = probe();
 
     for (const Variant& v : Variants()) {
       OptimizerHyperparams h =
@@ -330,21 +351,24 @@ absl::Status Run(const Flags& f) {
       STRATA_RETURN_IF_ERROR(opt->InitializeState(h, spans));
       int64_t step = 0;
       absl::Status status;
-      const double s = MedianSeconds(f.warmup, f.steps, [&] {
+      const Timing t = TimeSteps(f.warmup, f.steps, threads, [&] {
         absl::Status st = opt->Step(h, ++step, spans);
         if (!st.ok()) status = st;
       });
       STRATA_RETURN_IF_ERROR(status);
-      results.push_back({&v, threads, s, n / s, 0});
+      results.push_back({&v, threads, t.median_s, n / t.median_s, 0, t.cpu_share});
     }
-    probe_s = std::min(probe_s, probe());
+    const Timing probe_again = probe();
+    if (probe_again.median_s < probe_t.median_s) probe_t = probe_again;
+    const double probe_s = probe_t.median_s;
     const double gbps = n * static_cast<double>(kProbeBytesPerElement) / probe_s / 1e9;
     probe_gbps.push_back({threads, gbps});
     for (Result& r : results) {
       if (r.threads == threads) r.bandwidth_gbps = gbps;
     }
-    std::printf("  %d thread%s: probe %.1f GB/s (%.1f ms per pass of %zu B/element)\n", threads,
-                threads == 1 ? "" : "s", gbps, probe_s * 1e3, kProbeBytesPerElement);
+    std::printf("  %d thread%s: probe %.1f GB/s (%.1f ms per pass of %zu B/element, cpu %.0f%%)\n",
+                threads, threads == 1 ? "" : "s", gbps, probe_s * 1e3, kProbeBytesPerElement,
+                100 * probe_t.cpu_share);
     std::fflush(stdout);
   }
 
@@ -358,9 +382,9 @@ absl::Status Run(const Flags& f) {
           if (steps == 0) continue;
           auto r = RunTorch(f, threads, foreach, tuned, steps);
           if (!r.ok()) return r.status();
-          std::printf("  torch AdamW foreach=%d %s malloc, %d thread%s: %.1f ms/step\n", foreach,
-                      tuned ? "tuned  " : "default", threads, threads == 1 ? "" : "s",
-                      r->median_step_s * 1e3);
+          std::printf("  torch AdamW foreach=%d %s malloc, %d thread%s: %.1f ms/step (cpu %.0f%%)\n",
+                      foreach, tuned ? "tuned  " : "default", threads, threads == 1 ? "" : "s",
+                      r->median_step_s * 1e3, 100 * r->cpu_share);
           std::fflush(stdout);
           torch_runs.push_back(*r);
         }
@@ -375,18 +399,19 @@ absl::Status Run(const Flags& f) {
     return best;
   };
 
-  std::printf("\n%-20s %3s %9s %8s %7s %9s %6s %12s %8s\n", "variant", "thr", "ms/step",
-              "Gelem/s", "GB/s", "limit G/s", "%limit", "torch fe G/s", "x torch");
+  std::printf("\n%-20s %3s %8s %8s %6s %9s %6s %12s %7s %5s\n", "variant", "thr", "ms/step",
+              "Gelem/s", "GB/s", "limit G/s", "%limit", "torch fe G/s", "x torch", "cpu%");
   nlohmann::json json_results = nlohmann::json::array();
   for (const Result& r : results) {
     const size_t bytes = BytesPerElement(*r.variant);
     const double limit = r.bandwidth_gbps * 1e9 / bytes;
     const double torch_fe = best_torch(r.threads, true);
     const double torch_single = best_torch(r.threads, false);
-    std::printf("%-20s %3d %9.1f %8.3f %7.1f %9.3f %5.1f%% %12.4f %8.1f\n", r.variant->label,
-                r.threads, r.step_s * 1e3, r.elements_per_s / 1e9,
+    std::printf("%-20s %3d %8.1f %8.3f %6.1f %9.3f %5.1f%% %12.4f %7.1f %4.0f%%\n",
+                r.variant->label, r.threads, r.step_s * 1e3, r.elements_per_s / 1e9,
                 r.elements_per_s * bytes / 1e9, limit / 1e9, 100 * r.elements_per_s / limit,
-                torch_fe / 1e9, torch_fe > 0 ? r.elements_per_s / torch_fe : 0.0);
+                torch_fe / 1e9, torch_fe > 0 ? r.elements_per_s / torch_fe : 0.0,
+                100 * r.cpu_share);
     json_results.push_back({
         {"algo", std::string(OptimizerKindName(r.variant->kind))},
         {"grad_dtype", std::string(DTypeName(r.variant->grad))},
@@ -403,6 +428,7 @@ absl::Status Run(const Flags& f) {
         {"torch_foreach_elements_per_s", torch_fe},
         {"torch_single_tensor_elements_per_s", torch_single},
         {"speedup_vs_torch_foreach", torch_fe > 0 ? r.elements_per_s / torch_fe : 0.0},
+        {"cpu_share", r.cpu_share},
     });
   }
   if (!torch_runs.empty()) {
@@ -428,7 +454,8 @@ absl::Status Run(const Flags& f) {
       j["torch"].push_back({{"threads", r.threads}, {"foreach", r.foreach},
                             {"malloc", r.tuned_malloc ? "tuned" : "default"},
                             {"elements_per_s", r.elements_per_s},
-                            {"median_step_s", r.median_step_s}});
+                            {"median_step_s", r.median_step_s},
+                            {"cpu_share", r.cpu_share}});
     }
     std::ofstream out(f.json_path);
     out << j.dump(2) << "\n";

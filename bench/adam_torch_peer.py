@@ -44,15 +44,18 @@ def main():
     for _ in range(args.warmup):
         opt.step()
     times = []
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     for _ in range(args.steps):
         start = time.perf_counter()
         opt.step()
         times.append(time.perf_counter() - start)
+    # CPU time over wall time x threads: below 1 when other processes took the cores.
+    cpu_share = (time.process_time() - cpu0) / ((time.perf_counter() - wall0) * args.threads)
     median = statistics.median(times)
     print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
                       "foreach": bool(args.foreach), "size": args.size,
                       "median_step_s": median, "min_step_s": min(times),
-                      "elements_per_s": args.size / median}))
+                      "elements_per_s": args.size / median, "cpu_share": cpu_share}))
 
 
 if __name__ == "__main__":

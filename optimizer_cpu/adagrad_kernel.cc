@@ -23,7 +23,7 @@ void AdagradTyped(const StepScalars& s, const StepSpans& spans, size_t begin, si
   const bool l2 = s.weight_decay != 0.0f;
   float* HWY_RESTRICT params = spans.params;
   float* HWY_RESTRICT sum_sq = spans.exp_avg;
-  ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR {
+  auto element = [&](auto d, size_t i, auto stream_out) HWY_ATTR {
     auto g = hn::Mul(LoadAsF32<kGrad>(d, spans.grad, i), hn::Set(d, s.grad_scale));
     if (s.maximize) g = hn::Neg(g);
     auto p = hn::LoadU(d, params + i);
@@ -33,8 +33,19 @@ void AdagradTyped(const StepScalars& s, const StepSpans& spans, size_t begin, si
     p = hn::Add(p, hn::Mul(hn::Set(d, s.neg_step_size), hn::Div(g, std_dev)));
     hn::StoreU(sum, d, sum_sq + i);
     hn::StoreU(p, d, params + i);
-    if constexpr (kHasOut) StoreFromF32<kOut>(d, p, spans.param_out, i);
-  });
+    if constexpr (kHasOut) {
+      if constexpr (decltype(stream_out)::value) {
+        StreamFromF32<kOut>(d, p, spans.param_out, i);
+      } else {
+        StoreFromF32<kOut>(d, p, spans.param_out, i);
+      }
+    }
+  };
+  if constexpr (kHasOut) {
+    ForEachLaneAlignedOut(begin, end, spans.param_out, element);
+  } else {
+    ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR { element(d, i, std::false_type()); });
+  }
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // (Adam) or decoupled (AdamW) weight decay, update both moments, optionally
 // the AMSGrad max, then the param, and write the 16-bit copy -- one pass over
 // memory. The float operations and their order are those of
-// reference_optimizer.cc and of torch.optim.Adam(W) (_single_tensor_adam).
+// reference_optimizer.cc and of torch.optim.Adam(W) (_single_tensor_adam),
+// except that sqrt(v) is multiplied by 1/sqrt(1 - beta2^t) instead of being
+// divided by sqrt(1 - beta2^t) (see StepScalars::inv_bias_correction2_sqrt).
 #include <cstddef>
 
 #include "optimizer_cpu/kernels.h"
@@ -26,7 +28,7 @@ void AdamTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_
   float* HWY_RESTRICT exp_avg = spans.exp_avg;
   float* HWY_RESTRICT exp_avg_sq = spans.exp_avg_sq;
   float* HWY_RESTRICT max_sq = spans.max_exp_avg_sq;
-  ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR {
+  auto element = [&](auto d, size_t i, auto stream_out) HWY_ATTR {
     auto g = hn::Mul(LoadAsF32<kGrad>(d, spans.grad, i), hn::Set(d, s.grad_scale));
     if (s.maximize) g = hn::Neg(g);
     auto p = hn::LoadU(d, params + i);
@@ -44,14 +46,25 @@ void AdamTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_
       v_hat = hn::IfThenElse(hn::IsNaN(old), old, v_hat);
       hn::StoreU(v_hat, d, max_sq + i);
     }
-    const auto denom = hn::Add(hn::Div(hn::Sqrt(v_hat), hn::Set(d, s.bias_correction2_sqrt)),
+    const auto denom = hn::Add(hn::Mul(hn::Sqrt(v_hat), hn::Set(d, s.inv_bias_correction2_sqrt)),
                                hn::Set(d, s.eps));
     p = hn::Add(p, hn::Mul(hn::Set(d, s.neg_step_size), hn::Div(m, denom)));
     hn::StoreU(m, d, exp_avg + i);
     hn::StoreU(v, d, exp_avg_sq + i);
     hn::StoreU(p, d, params + i);
-    if constexpr (kHasOut) StoreFromF32<kOut>(d, p, spans.param_out, i);
-  });
+    if constexpr (kHasOut) {
+      if constexpr (decltype(stream_out)::value) {
+        StreamFromF32<kOut>(d, p, spans.param_out, i);
+      } else {
+        StoreFromF32<kOut>(d, p, spans.param_out, i);
+      }
+    }
+  };
+  if constexpr (kHasOut) {
+    ForEachLaneAlignedOut(begin, end, spans.param_out, element);
+  } else {
+    ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR { element(d, i, std::false_type()); });
+  }
 }
 
 }  // namespace

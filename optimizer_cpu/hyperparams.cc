@@ -126,7 +126,7 @@ StepScalars ComputeStepScalars(const OptimizerHyperparams& config, int64_t step,
         bc2_sqrt = std::sqrt(1.0 - std::pow(config.beta2, t));
       }
       s.neg_step_size = static_cast<float>(-step_size);
-      s.bias_correction2_sqrt = static_cast<float>(bc2_sqrt);
+      s.inv_bias_correction2_sqrt = static_cast<float>(1.0 / bc2_sqrt);
       if (config.kind == OptimizerKind::kAdam) {
         s.weight_decay = static_cast<float>(config.weight_decay);
       } else {

@@ -82,7 +82,12 @@ struct StepScalars {
   float weight_decay = 0;     // L2 coefficient (Adam, Adagrad); 0 otherwise
   float decay_factor = 1;     // (float)(1 - lr * wd) for AdamW/Lion; 1 otherwise
   float neg_step_size = 0;    // -lr / (1 - beta1^t) (Adam), -clr (Adagrad), -lr (Lion)
-  float bias_correction2_sqrt = 1;  // sqrt(1 - beta2^t), Adam only
+  // 1 / sqrt(1 - beta2^t), Adam only. torch divides sqrt(v) by
+  // sqrt(1 - beta2^t); we multiply by the reciprocal (rounded once, in double)
+  // because a vector divide costs as much as the memory traffic of an element
+  // on one core: the step keeps one sqrt and one divide per element. The
+  // difference is at most an ulp of the denominator.
+  float inv_bias_correction2_sqrt = 1;
   float grad_scale = 1;       // multiplies every gradient first
   bool maximize = false;
   bool amsgrad = false;

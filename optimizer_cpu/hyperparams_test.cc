@@ -73,7 +73,8 @@ TEST(HyperparamsTest, StepScalarsFollowTorchFormulas) {
   h.weight_decay = 0.1;
   const StepScalars s = ComputeStepScalars(h, 3, 0.5f);
   EXPECT_EQ(s.neg_step_size, static_cast<float>(-1e-3 / (1 - std::pow(0.9, 3))));
-  EXPECT_EQ(s.bias_correction2_sqrt, static_cast<float>(std::sqrt(1 - std::pow(0.999, 3))));
+  EXPECT_EQ(s.inv_bias_correction2_sqrt,
+            static_cast<float>(1 / std::sqrt(1 - std::pow(0.999, 3))));
   EXPECT_EQ(s.decay_factor, static_cast<float>(1 - 1e-3 * 0.1));
   EXPECT_EQ(s.weight_decay, 0.0f);  // decoupled, not L2
   EXPECT_EQ(s.grad_scale, 0.5f);
@@ -82,7 +83,7 @@ TEST(HyperparamsTest, StepScalarsFollowTorchFormulas) {
   EXPECT_EQ(ComputeStepScalars(h, 3, 1).decay_factor, 1.0f);
   h.bias_correction = false;
   EXPECT_EQ(ComputeStepScalars(h, 3, 1).neg_step_size, -1e-3f);
-  EXPECT_EQ(ComputeStepScalars(h, 3, 1).bias_correction2_sqrt, 1.0f);
+  EXPECT_EQ(ComputeStepScalars(h, 3, 1).inv_bias_correction2_sqrt, 1.0f);
   h.kind = OptimizerKind::kAdagrad;
   h.lr_decay = 0.5;
   EXPECT_EQ(ComputeStepScalars(h, 3, 1).neg_step_size, static_cast<float>(-1e-3 / 2.0));

@@ -23,7 +23,7 @@ template <DType kGrad, bool kHasOut, DType kOut>
 void LionTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
   float* HWY_RESTRICT params = spans.params;
   float* HWY_RESTRICT exp_avg = spans.exp_avg;
-  ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR {
+  auto element = [&](auto d, size_t i, auto stream_out) HWY_ATTR {
     auto g = hn::Mul(LoadAsF32<kGrad>(d, spans.grad, i), hn::Set(d, s.grad_scale));
     if (s.maximize) g = hn::Neg(g);
     auto p = hn::Mul(hn::LoadU(d, params + i), hn::Set(d, s.decay_factor));
@@ -37,8 +37,19 @@ void LionTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_
     const auto m_new = hn::Add(hn::Mul(m, hn::Set(d, s.beta2)), hn::Mul(g, hn::Set(d, s.one_minus_beta2)));
     hn::StoreU(m_new, d, exp_avg + i);
     hn::StoreU(p, d, params + i);
-    if constexpr (kHasOut) StoreFromF32<kOut>(d, p, spans.param_out, i);
-  });
+    if constexpr (kHasOut) {
+      if constexpr (decltype(stream_out)::value) {
+        StreamFromF32<kOut>(d, p, spans.param_out, i);
+      } else {
+        StoreFromF32<kOut>(d, p, spans.param_out, i);
+      }
+    }
+  };
+  if constexpr (kHasOut) {
+    ForEachLaneAlignedOut(begin, end, spans.param_out, element);
+  } else {
+    ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR { element(d, i, std::false_type()); });
+  }
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ void AdamElement(const StepScalars& s, const StepSpans& spans, size_t i) {
     v_hat = NanMax(spans.max_exp_avg_sq[i], v);
     spans.max_exp_avg_sq[i] = v_hat;
   }
-  const float denom = std::sqrt(v_hat) / s.bias_correction2_sqrt + s.eps;
+  const float denom = std::sqrt(v_hat) * s.inv_bias_correction2_sqrt + s.eps;
   p = p + s.neg_step_size * (m / denom);
   spans.exp_avg[i] = m;
   spans.exp_avg_sq[i] = v;
