@@ -81,6 +81,12 @@ absl::StatusOr<DaemonSettings> ResolveDaemonSettings(const strata::v1::DaemonCon
         " bytes; Unix socket paths must be shorter than 108 bytes"));
   }
   s.tcp_address = c.tcp_address();
+  if (!s.tcp_address.empty() && s.tcp_address.rfind("127.", 0) != 0 && s.tcp_address.rfind("[::1]", 0) != 0 &&
+      s.tcp_address.rfind("localhost:", 0) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tcp_address: '", s.tcp_address, "' is not a loopback address; TCP has no peer credentials, so "
+        "strata listens only on 127.0.0.0/8 or [::1] (use the Unix socket from other users)"));
+  }
   s.allowed_group = c.allowed_group();
 
   const std::string device = absl::AsciiStrToLower(c.device());

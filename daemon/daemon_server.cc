@@ -163,6 +163,11 @@ DaemonServer::~DaemonServer() { Stop(); }
 absl::Status DaemonServer::Start() {
   grpc::ServerBuilder builder;
   builder.RegisterService(service_.get());
+  if (!settings_.tcp_address.empty()) {
+    // TCP has no peer credentials: it is for a trusted host's own ranks, and
+    // only on loopback unless the operator names another address.
+    builder.AddListeningPort(settings_.tcp_address, grpc::InsecureServerCredentials());
+  }
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   grpc_server_ = builder.BuildAndStart();
@@ -176,6 +181,12 @@ absl::Status DaemonServer::Start() {
   threads_.emplace_back([this] { AcceptLoop(grpc_listener_.get(), true); });
   threads_.emplace_back([this] { AcceptLoop(fd_listener_.get(), false); });
   threads_.emplace_back([this] { ExpiryLoop(); });
+  if (settings_.metrics_port != 0) {
+    auto metrics = MetricsServer::Start(static_cast<uint16_t>(settings_.metrics_port),
+                                        [this] { return RenderMetrics(); });
+    if (!metrics.ok()) return metrics.status();
+    metrics_ = std::move(*metrics);
+  }
   return absl::OkStatus();
 }
 
@@ -245,9 +256,72 @@ void DaemonServer::ExpiryLoop() {
   }
 }
 
+std::string DaemonServer::RenderMetrics() const {
+  std::string out;
+  auto metric = [&out](const std::string& name, const std::string& help, const std::string& type) {
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+  };
+  if (nvme_ != nullptr) {
+    ExtentStoreStats s;
+    {
+      absl::MutexLock lock(const_cast<absl::Mutex*>(&nvme_mu_));
+      s = nvme_->Stats();
+    }
+    metric("strata_tier_capacity_bytes", "Capacity of a tier.", "gauge");
+    absl::StrAppend(&out, "strata_tier_capacity_bytes{tier=\"nvme\"} ", s.capacity_bytes, "\n");
+    metric("strata_tier_used_bytes", "Bytes in use in a tier.", "gauge");
+    absl::StrAppend(&out, "strata_tier_used_bytes{tier=\"nvme\"} ", s.used_bytes, "\n");
+    metric("strata_tier_free_bytes", "Free bytes in a tier.", "gauge");
+    absl::StrAppend(&out, "strata_tier_free_bytes{tier=\"nvme\"} ", s.free_bytes, "\n");
+  }
+  const auto jobs = registry_->Jobs();
+  struct JobMetric {
+    const char* name;
+    const char* help;
+    const char* type;
+    std::function<double(const Job&, const JobCounters&)> value;
+  };
+  const JobMetric job_metrics[] = {
+      {"strata_job_step", "Steps the job has completed (applied or skipped).", "counter",
+       [](const Job& j, const JobCounters&) { return static_cast<double>(j.next_step()); }},
+      {"strata_job_steps_skipped_total", "Steps skipped for gradient overflow.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.steps_skipped); }},
+      {"strata_job_last_step_seconds", "Duration of the last optimizer step.", "gauge",
+       [](const Job&, const JobCounters& c) { return c.last_step_s; }},
+      {"strata_job_step_seconds_total", "Time spent in optimizer steps.", "counter",
+       [](const Job&, const JobCounters& c) { return c.total_step_s; }},
+      {"strata_job_loss_scale", "Current loss scale.", "gauge",
+       [](const Job& j, const JobCounters&) { return j.loss_scale(); }},
+      {"strata_job_param_hits_total", "Param acquires served from memory.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.hits); }},
+      {"strata_job_param_misses_total", "Param acquires that waited for NVMe.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.misses + c.params.waits_in_flight); }},
+      {"strata_job_stall_seconds_total", "Time acquires waited for params.", "counter",
+       [](const Job&, const JobCounters& c) { return c.params.stall_s; }},
+      {"strata_job_nvme_read_bytes_total", "Param bytes read from NVMe.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.bytes_read); }},
+      {"strata_job_nvme_written_bytes_total", "Param bytes written to NVMe.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.bytes_written); }},
+      {"strata_job_prefetches_total", "Param prefetches issued.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.prefetches); }},
+      {"strata_job_prefetches_unused_total", "Prefetched params dropped unused.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.prefetches_unused); }},
+  };
+  std::vector<JobCounters> counters;
+  for (const auto& job : jobs) counters.push_back(job->counters());
+  for (const JobMetric& m : job_metrics) {
+    metric(m.name, m.help, m.type);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      absl::StrAppend(&out, m.name, "{job=\"", jobs[i]->settings().name, "\"} ", m.value(*jobs[i], counters[i]), "\n");
+    }
+  }
+  return out;
+}
+
 void DaemonServer::Stop() {
   if (stopping_.exchange(true)) return;
   if (registry_ != nullptr) registry_->StartDraining();
+  metrics_.reset();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   // Jobs finish the step whose gradients are in, then their workers stop;

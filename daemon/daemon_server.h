@@ -24,6 +24,7 @@
 #include "core/unix_socket.h"
 #include "daemon/daemon_config.h"
 #include "daemon/job_registry.h"
+#include "daemon/metrics_server.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 
 namespace grpc {
@@ -59,6 +60,7 @@ class DaemonServer {
   void ServeFdRequest(UniqueFd connection);
   bool PeerAllowed(int fd);
   void ExpiryLoop();
+  std::string RenderMetrics() const;
 
   const DaemonSettings settings_;
   Logger log_;
@@ -71,6 +73,7 @@ class DaemonServer {
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<StrataService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<MetricsServer> metrics_;
   UniqueFd grpc_listener_;
   UniqueFd fd_listener_;
   std::string fd_socket_path_;

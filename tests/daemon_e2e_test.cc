@@ -1,5 +1,8 @@
 // stratad end to end: real daemon process, real client, shared memory.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pwd.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -260,6 +263,31 @@ TEST(DaemonE2ETest, OffloadStepsMatchTheLocalOptimizerBitForBit) {
   auto client = daemon.Connect();
   ASSERT_NE(client, nullptr);
   RunOffloadJob(*client, "offload-a", 3);
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonE2ETest, MetricsAreServedInPrometheusFormatOnLoopback) {
+  DaemonProcess daemon(TestDir("metrics"));
+  const int port = 20000 + getpid() % 20000;
+  ASSERT_TRUE(daemon.Start({"--metrics_port", std::to_string(port)}));
+  auto client = daemon.Connect();
+  RunOffloadJob(*client, "measured", 2);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::string body;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) body.append(buf, static_cast<size_t>(n));
+  close(fd);
+  EXPECT_NE(body.find("strata_job_step{job=\"measured\"} 2"), std::string::npos) << body;
+  EXPECT_NE(body.find("strata_tier_capacity_bytes{tier=\"nvme\"}"), std::string::npos) << body;
+  EXPECT_NE(body.find("# TYPE strata_job_last_step_seconds gauge"), std::string::npos);
   EXPECT_EQ(daemon.Stop(), 0);
 }
 
