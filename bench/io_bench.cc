@@ -48,8 +48,11 @@ struct Flags {
   bool fio = true;
   bool register_buffers = true;
   bool sqpoll = false;
+  bool thp = true;
+  std::string fio_iomem;
   bool tune = false;
   bool store = true;
+  bool matrix = true;
   std::string json_path;
   uint64_t shard_size = 64 << 20;
   uint32_t shards = 8;
@@ -78,6 +81,18 @@ absl::StatusOr<uint32_t> ParseU32(absl::string_view s, uint32_t min, uint32_t ma
     return absl::InvalidArgumentError(absl::StrCat("'", s, "' is not a whole number in ", min, "..", max));
   }
   return v;
+}
+
+// Block sizes as fio and DeepSpeed write them: a bare K/M/G suffix is binary
+// ("128K" = 131072, "1M" = 1048576); anything else as ParseByteSize reads it.
+absl::StatusOr<uint64_t> ParseBlockSize(absl::string_view text) {
+  if (!text.empty()) {
+    char last = text.back();
+    int shift = last == 'k' || last == 'K' ? 10 : last == 'm' || last == 'M' ? 20 : last == 'g' || last == 'G' ? 30 : -1;
+    uint64_t n = 0;
+    if (shift >= 0 && absl::SimpleAtoi(text.substr(0, text.size() - 1), &n)) return n << shift;
+  }
+  return ParseByteSize(text);
 }
 
 double Median(std::vector<double> v) {
@@ -139,6 +154,7 @@ class IoBench {
   std::vector<Point> points_;
   std::vector<SwapPathResult> swap_rounds_;
   std::string notes_;
+  double load_[3] = {0, 0, 0};
 };
 
 absl::Status IoBench::Prepare() {
@@ -156,8 +172,14 @@ absl::Status IoBench::Prepare() {
   STRATA_RETURN_IF_ERROR(FillFile(fd_, file_, f_.file_size));
   uint64_t max_bs = *std::max_element(f_.block_sizes.begin(), f_.block_sizes.end());
   uint32_t max_depth = *std::max_element(f_.depths.begin(), f_.depths.end());
-  STRATA_ASSIGN_OR_RETURN(buffers_, AlignedBuffer::Allocate(max_bs * max_depth));
+  STRATA_ASSIGN_OR_RETURN(buffers_, AlignedBuffer::Allocate(max_bs * max_depth, 4096, f_.thp));
   for (size_t i = 0; i < buffers_.size(); i += 4096) buffers_.data()[i] = std::byte(i >> 12);
+  // Other work on the machine skews the checksum side (CPU) more than the
+  // raw side; say how busy it was.
+  if (getloadavg(load_, 3) == 3) {
+    std::printf("load average at start: %.2f %.2f %.2f on %ld CPUs\n", load_[0], load_[1], load_[2],
+                sysconf(_SC_NPROCESSORS_ONLN));
+  }
   if (f_.fio) {
     absl::StatusOr<std::string> v = FioVersion();
     have_fio_ = v.ok();
@@ -185,6 +207,7 @@ absl::Status IoBench::MeasurePoint(Point* p, uint32_t reps, bool with_fio) {
   job.fixed_buffers_and_files = f_.register_buffers;
   job.sqpoll = f_.sqpoll;
   job.runtime = f_.runtime;
+  job.iomem = f_.fio_iomem;
   job.output_path = f_.dir + "/strata-bench-fio.json";
   for (uint32_t rep = 0; rep < reps; ++rep) {
     // Alternate which side goes first so drift on this noisy disk hits both.
@@ -219,9 +242,10 @@ absl::Status IoBench::RunMatrix() {
   bool with_fio = have_fio_;
   size_t total = f_.engines.size() * f_.block_sizes.size() * f_.depths.size() * f_.ops.size();
   std::printf("\nsequential O_DIRECT, %s file, %s per run, %u pairs per point (ours and fio alternating), "
-              "registered buffers/files: %s, sqpoll: %s; %zu points\n",
+              "registered buffers/files: %s, sqpoll: %s, our buffers on %s pages (fio: 4 KiB); %zu points\n",
               FormatBytes(f_.file_size).c_str(), absl::FormatDuration(f_.runtime).c_str(), f_.reps,
-              f_.register_buffers ? "yes (fio: --fixedbufs --registerfiles)" : "no", f_.sqpoll ? "yes" : "no", total);
+              f_.register_buffers ? "yes (fio: --fixedbufs --registerfiles)" : "no", f_.sqpoll ? "yes" : "no",
+              f_.thp ? "2 MiB huge" : "4 KiB", total);
   std::printf("%-9s %-5s %4s %3s %9s %9s %7s %11s   %-24s %-24s\n", "engine", "op", "bs", "qd", "ours MB/s",
               "fio MB/s", "ratio", "ratio range", "ours runs", "fio runs");
   std::fflush(stdout);
@@ -412,7 +436,10 @@ absl::Status IoBench::WriteJson() {
                  {"runtime_s", absl::ToDoubleSeconds(f_.runtime)},
                  {"pairs_per_point", f_.reps},
                  {"registered_buffers_and_files", f_.register_buffers},
-                 {"sqpoll", f_.sqpoll}};
+                 {"sqpoll", f_.sqpoll},
+                 {"huge_page_buffers", f_.thp},
+                 {"fio_iomem", f_.fio_iomem},
+                 {"load_average_at_start", {load_[0], load_[1], load_[2]}}};
   std::ofstream out(f_.json_path);
   out << j.dump(2) << "\n";
   if (!out) return absl::UnavailableError(absl::StrCat("writing ", f_.json_path, " failed"));
@@ -425,8 +452,10 @@ absl::Status IoBench::Run() {
   if (f_.tune) {
     STRATA_RETURN_IF_ERROR(RunTune());
   } else {
-    STRATA_RETURN_IF_ERROR(RunMatrix());
-    PrintTargets();
+    if (f_.matrix) {
+      STRATA_RETURN_IF_ERROR(RunMatrix());
+      PrintTargets();
+    }
     if (f_.store) STRATA_RETURN_IF_ERROR(RunSwapPath());
   }
   return WriteJson();
@@ -442,7 +471,7 @@ int RunIoBench(int argc, char** argv) {
                "$STRATA_NVME_PATH)");
   cl.AddString("deepspeed_config", &f.deepspeed_config, "DeepSpeed JSON config whose offload nvme_path to use");
   cl.AddParsed("file_size", [&](absl::string_view v) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(f.file_size, ParseByteSize(v));
+    STRATA_ASSIGN_OR_RETURN(f.file_size, ParseBlockSize(v));
     if (f.file_size < (64 << 20)) return absl::InvalidArgumentError("--file_size must be at least 64MiB");
     return absl::OkStatus();
   }, "size of the test file (default 1GiB)");
@@ -463,14 +492,14 @@ int RunIoBench(int argc, char** argv) {
   }, "comma list of io_uring, libaio, psync (default all)");
   cl.AddParsed("block_sizes", [&](absl::string_view v) -> absl::Status {
     f.block_sizes_given = true;
-    STRATA_RETURN_IF_ERROR(ParseList(v, &f.block_sizes, ParseByteSize));
+    STRATA_RETURN_IF_ERROR(ParseList(v, &f.block_sizes, ParseBlockSize));
     for (uint64_t bs : f.block_sizes) {
       if (bs % 4096 != 0 || bs == 0 || bs > (64 << 20)) {
         return absl::InvalidArgumentError("--block_sizes must be multiples of 4KiB up to 64MiB");
       }
     }
     return absl::OkStatus();
-  }, "comma list (default 128K,1M,8M)");
+  }, "comma list; K/M/G are binary as in fio (default 128K,1M,8M)");
   cl.AddParsed("depths", [&](absl::string_view v) -> absl::Status {
     f.depths_given = true;
     return ParseList(v, &f.depths, [](absl::string_view s) { return ParseU32(s, 1, 1024); });
@@ -486,11 +515,17 @@ int RunIoBench(int argc, char** argv) {
   cl.AddBool("register", &f.register_buffers,
              "io_uring registered buffers and files, fio --fixedbufs --registerfiles (default on)");
   cl.AddBool("sqpoll", &f.sqpoll, "io_uring SQPOLL for ours and fio (default off)");
+  cl.AddBool("thp", &f.thp,
+             "our I/O buffers on transparent huge pages, as strata's pinned arenas are (default on); "
+             "--nothp uses 4 KiB pages like fio's default malloc'd buffers");
+  cl.AddString("fio_iomem", &f.fio_iomem,
+               "passed to fio as --iomem, e.g. mmaphuge:/dev/hugepages/f to give fio huge-page buffers too");
   cl.AddBool("tune", &f.tune, "sweep block size x depth for the first engine and print the best as config");
+  cl.AddBool("matrix", &f.matrix, "run the engine x op x block size x depth matrix (default on)");
   cl.AddBool("store", &f.store, "also measure the ExtentStore swap path (default on)");
   cl.AddString("json", &f.json_path, "write results as JSON to this file");
   cl.AddParsed("shard_size", [&](absl::string_view v) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(f.shard_size, ParseByteSize(v));
+    STRATA_ASSIGN_OR_RETURN(f.shard_size, ParseBlockSize(v));
     if (f.shard_size == 0 || f.shard_size % 4096 != 0) return absl::InvalidArgumentError("--shard_size must be a multiple of 4KiB");
     return absl::OkStatus();
   }, "swap path shard size (default 64MiB)");
@@ -515,7 +550,7 @@ int RunIoBench(int argc, char** argv) {
     return absl::OkStatus();
   }, "engine for the swap path (default io_uring)");
   cl.AddParsed("store_block_size", [&](absl::string_view v) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(f.store_block_size, ParseByteSize(v));
+    STRATA_ASSIGN_OR_RETURN(f.store_block_size, ParseBlockSize(v));
     return absl::OkStatus();
   }, "engine block size for the swap path (default 1M)");
   cl.AddParsed("store_depth", [&](absl::string_view v) -> absl::Status {

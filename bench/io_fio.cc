@@ -68,6 +68,7 @@ std::vector<std::string> FioArguments(const FioJob& job) {
       "--output-format=json",
       absl::StrCat("--output=", job.output_path),
   };
+  if (!job.iomem.empty()) a.push_back(absl::StrCat("--iomem=", job.iomem));
   switch (job.engine) {
     case IoEngineKind::kUring:
       a.push_back("--ioengine=io_uring");

@@ -30,6 +30,9 @@ struct FioJob {
   bool fixed_buffers_and_files = false;  // io_uring only
   bool sqpoll = false;                   // io_uring only
   absl::Duration runtime = absl::Seconds(2);
+  // Passed as --iomem when set, e.g. "mmaphuge:/dev/hugepages/strata-fio" to
+  // give fio huge-page buffers like ours (needs hugetlbfs pages reserved).
+  std::string iomem;
   std::string output_path;  // fio's JSON report
 };
 

@@ -37,6 +37,7 @@ struct BenchFlags {
   uint32_t urgent = 2;
   bool mark_boundaries = true;
   bool real = false;
+  bool per_iteration = false;
   RealBenchOptions real_options;
 };
 
@@ -119,6 +120,8 @@ int RunPrefetchBench(int argc, char** argv) {
                "prefetch as urgent what is needed within this many accesses (2; 0: never)");
   cl.AddBool("mark_boundaries", &f.mark_boundaries,
              "the client marks iteration boundaries (--nomark_boundaries: detected)");
+  cl.AddBool("per_iteration", &f.per_iteration,
+             "also print per-iteration hit rates (lru, predictor, MIN) for each row");
   cl.AddBool("real", &f.real, "run through the NVMe tier on the real I/O engine, wall clock");
   AddRealBenchFlags(cl, &f.real_options);
   if (absl::Status s = cl.Parse(argc, argv); !s.ok()) {
@@ -214,6 +217,16 @@ int RunPrefetchBench(int argc, char** argv) {
       add("belady", *oracle, min.hit_rate(), min_ss,
           (min.fetches + min.write_backs) * config.shard_bytes);
 
+      if (f.per_iteration) {
+        std::printf("    per iteration (lru / predictor / MIN):");
+        for (size_t it = 0; it < trace->iteration_starts.size(); ++it) {
+          std::printf(" [%zu] %.3f/%.3f/%.3f", it,
+                      IterationHitRate(*trace, it, lru->fetches_per_iteration[it]),
+                      IterationHitRate(*trace, it, pred->fetches_per_iteration[it]),
+                      IterationHitRate(*trace, it, min.fetches_per_iteration[it]));
+        }
+        std::printf("\n");
+      }
       // The targets, checked on this row.
       const double ratio = pred->hit_rate() / min.hit_rate();
       std::string verdict;

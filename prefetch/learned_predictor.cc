@@ -16,13 +16,16 @@ void LearnedPredictor::OnAccess(const ShardKey& key) {
     EndIterationLocked();
   }
   ++stats_.accesses;
+  const bool known = keys_.contains(key);
   KeyStats& ks = keys_[key];
   ks.seen_this_iteration = true;
   ks.last_offset = tracer_.current().size();
+  ks.offsets_current.push_back(static_cast<uint32_t>(tracer_.current().size()));
   tracer_.Record(key);
   if (last_key_.has_value()) markov_.Observe(*last_key_, key);
   last_key_ = key;
-  switch (trace_.Observe(key)) {
+  const bool anchor = known && ConfidenceLocked(key) >= options_.min_confidence;
+  switch (trace_.Observe(key, anchor)) {
     case TracePredictor::Match::kMatched:
       ++stats_.matched;
       lost_ = false;
@@ -57,13 +60,30 @@ void LearnedPredictor::EndIterationLocked() {
   const double w = options_.frequency_weight;
   for (auto& [key, ks] : keys_) {
     ks.frequency = (1 - w) * ks.frequency + w * (ks.seen_this_iteration ? 1.0 : 0.0);
+    if (ks.iterations_known > 0 && ks.seen_this_iteration != ks.present_last) ++ks.flips;
+    ++ks.iterations_known;
+    ks.present_last = ks.seen_this_iteration;
+    if (ks.seen_this_iteration) {
+      ks.offsets_last = std::move(ks.offsets_current);
+      ks.offsets_current.clear();
+    }
     ks.seen_this_iteration = false;
   }
 }
 
-double LearnedPredictor::FrequencyLocked(const ShardKey& key) const {
+double LearnedPredictor::ConfidenceLocked(const ShardKey& key) const {
   auto it = keys_.find(key);
-  return it == keys_.end() ? 0.0 : it->second.frequency;
+  if (it == keys_.end()) return 0.0;
+  const KeyStats& ks = it->second;
+  if (ks.present_last && ks.flips * 4 <= ks.iterations_known) return 1.0;
+  return ks.frequency;
+}
+
+bool LearnedPredictor::SkippedThisIterationLocked(const ShardKey& key) const {
+  auto it = keys_.find(key);
+  if (it != keys_.end() && it->second.seen_this_iteration) return false;
+  const int64_t first = trace_.FirstPosition(key);
+  return first >= 0 && static_cast<size_t>(first) < tracer_.current().size();
 }
 
 double LearnedPredictor::NextUseFrom(const ShardKey& key, double from) const {
@@ -71,20 +91,35 @@ double LearnedPredictor::NextUseFrom(const ShardKey& key, double from) const {
   auto it = keys_.find(key);
   // Nothing learned yet: no prediction, so the policy falls back to LRU.
   if (it == keys_.end() || !trace_.has_trace()) return kNeverUsed;
+  const KeyStats& ks = it->second;
   const double length = static_cast<double>(std::max<size_t>(trace_.trace().size(), 1));
-  double distance = trace_.NextUseFrom(key, static_cast<size_t>(std::max(from, 0.0)));
-  if (distance == kNeverUsed) {
-    // Not in the learned trace (it skipped this shard last time): assume it
-    // comes back where it was last seen in its iteration.
-    const double offset = static_cast<double>(it->second.last_offset);
-    const double now = static_cast<double>(trace_.position());
-    distance = offset >= now ? offset - now : length - now + offset;
-    while (distance < from) distance += length;
-  }
+  const double now = static_cast<double>(tracer_.current().size());  // offset of the next access
+  const double rest_of_iteration = std::max(length - now, 0.0);
   // A shard present in a fraction p of iterations is, in expectation,
-  // (1/p - 1) iterations later than its slot.
-  const double p = std::max(it->second.frequency, 0.02);
-  return distance + (1.0 / p - 1.0) * length;
+  // (1/p - 1) iterations later than its slot in a future iteration.
+  const double penalty = (1.0 / std::max(ConfidenceLocked(key), 0.02) - 1.0) * length;
+  const double start = std::max(from, 0.0);
+  double distance = trace_.NextUseFrom(key, static_cast<size_t>(start));
+  if (ks.seen_this_iteration) {
+    // Used this iteration: the rest of this iteration follows its pattern
+    // with certainty; only later iterations are uncertain.
+    if (distance != kNeverUsed && distance < rest_of_iteration) return distance;
+    for (uint32_t o : ks.offsets_last) {
+      if (o >= now + start && o - now < rest_of_iteration) return o - now;
+    }
+    if (distance != kNeverUsed) return distance + penalty;
+  } else if (distance != kNeverUsed) {
+    if (SkippedThisIterationLocked(key) && distance < rest_of_iteration) {
+      distance = trace_.NextUseFrom(key, static_cast<size_t>(std::max(start, rest_of_iteration)));
+    }
+    return distance + penalty;
+  }
+  // Not in the learned trace (it skipped this shard last time): assume it
+  // comes back where it was last seen in its iteration.
+  const double offset = static_cast<double>(ks.last_offset);
+  distance = offset >= now ? offset - now : rest_of_iteration + offset;
+  while (distance < start) distance += length;
+  return distance + penalty;
 }
 
 std::vector<PredictedAccess> LearnedPredictor::Upcoming(size_t max_count) const {
@@ -97,7 +132,7 @@ std::vector<PredictedAccess> LearnedPredictor::Upcoming(size_t max_count) const 
   bool trace_next_confident = false;
   if (trace_.has_trace() && !lost_) {
     trace_.Walk([&](const ShardKey& key, size_t) {
-      trace_next_confident = FrequencyLocked(key) >= options_.min_confidence;
+      trace_next_confident = ConfidenceLocked(key) >= options_.min_confidence;
       return false;
     });
   }
@@ -108,21 +143,30 @@ std::vector<PredictedAccess> LearnedPredictor::Upcoming(size_t max_count) const 
     }
   }
   if (trace_.has_trace() && !lost_) {
+    const double rest = static_cast<double>(trace_.trace().size()) -
+                        static_cast<double>(tracer_.current().size());
     trace_.Walk([&](const ShardKey& key, size_t distance) {
       if (out.size() >= max_count) return false;
-      if (FrequencyLocked(key) >= options_.min_confidence && seen.insert(key).second) {
+      if (static_cast<double>(distance) < rest && SkippedThisIterationLocked(key)) return true;
+      if (ConfidenceLocked(key) >= options_.min_confidence && seen.insert(key).second) {
         out.push_back({key, static_cast<double>(distance)});
       }
       return true;
     });
   } else if (last_key_.has_value()) {
-    // No trace to follow: walk the most likely chain.
+    // No trace to follow: walk the most likely chain while the path stays
+    // likely enough (a guess that is wrong costs a fetch and a victim).
     ShardKey at = *last_key_;
+    double path = 1.0;
     for (size_t step = 1; step <= 2 * max_count && out.size() < max_count; ++step) {
-      std::optional<ShardKey> next = markov_.MostLikely(at);
-      if (!next.has_value()) break;
-      if (seen.insert(*next).second) out.push_back({*next, static_cast<double>(step - 1)});
-      at = *next;
+      std::vector<std::pair<ShardKey, double>> next = markov_.Successors(at);
+      if (next.empty()) break;
+      path *= next.front().second;
+      if (path < options_.markov_min_probability) break;
+      if (seen.insert(next.front().first).second) {
+        out.push_back({next.front().first, static_cast<double>(step - 1)});
+      }
+      at = next.front().first;
     }
   }
   return out;

@@ -33,12 +33,12 @@ namespace strata {
 struct LearnedPredictorOptions {
   TracePredictorOptions trace;
   // Weight of the latest iteration in the presence frequency (an EMA).
-  double frequency_weight = 0.3;
+  double frequency_weight = 0.25;
   // Trace entries whose shard appears in fewer iterations than this are not
   // prefetched from the trace (they are guesses; the Markov model decides).
-  double min_confidence = 0.5;
+  double min_confidence = 0.9;
   // Markov successors at least this likely are prefetched next.
-  double markov_min_probability = 0.3;
+  double markov_min_probability = 0.6;
   // Detect boundaries when the client does not mark them.
   bool detect_boundaries = true;
 };
@@ -71,11 +71,31 @@ class LearnedPredictor final : public AccessPredictor {
  private:
   struct KeyStats {
     double frequency = 1.0;
+    // Presence history: iterations since first seen, how often presence
+    // flipped (present <-> absent), and whether it was present last time.
+    // A shard whose presence rarely flips is structural (a dense layer): it
+    // is trusted as soon as it is present, even right after a shape change.
+    // One that flips often is data-dependent (an expert): its frequency
+    // speaks for it.
+    uint32_t iterations_known = 0;
+    uint32_t flips = 0;
+    bool present_last = false;
+    // Where in its iteration it was accessed: in the last iteration it
+    // appeared in, and so far in this one. A shard accessed this iteration is
+    // expected to follow the rest of that pattern (an expert routed to in
+    // forward is needed again in backward and in the step).
+    std::vector<uint32_t> offsets_last;
+    std::vector<uint32_t> offsets_current;
     size_t last_offset = 0;  // position in its iteration when last seen
     bool seen_this_iteration = false;
   };
   void EndIterationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  double FrequencyLocked(const ShardKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How likely `key` is to appear in an iteration: 1 for a structural shard
+  // present last iteration, else its presence frequency.
+  double ConfidenceLocked(const ShardKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when `key`'s first slot in this iteration has passed without it:
+  // its later slots this iteration (backward, step) will not come either.
+  bool SkippedThisIterationLocked(const ShardKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const LearnedPredictorOptions options_;
   mutable absl::Mutex mu_;

@@ -96,10 +96,10 @@ TEST(LearnedPredictorTest, ShardsUsedInFewIterationsArePredictedFartherAway) {
 TEST(LearnedPredictorTest, MarkovFallbackPrefetchesTheLikelyExpert) {
   LearnedPredictor p;
   std::mt19937 rng(301);
-  // Router 1 picks expert 10 three times in four, else expert 11; then 2.
+  // Router 1 picks expert 10 nine times in ten, else expert 11; then 2.
   for (int i = 0; i < 40; ++i) {
     p.OnAccess(K(1));
-    p.OnAccess(K(rng() % 4 == 0 ? 11 : 10));
+    p.OnAccess(K(rng() % 10 == 0 ? 11 : 10));
     p.OnAccess(K(2));
     p.MarkIterationBoundary();
   }

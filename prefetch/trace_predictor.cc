@@ -16,7 +16,7 @@ void TracePredictor::Learn(std::vector<ShardKey> trace) {
   deviations_ = 0;
 }
 
-TracePredictor::Match TracePredictor::Observe(const ShardKey& key) {
+TracePredictor::Match TracePredictor::Observe(const ShardKey& key, bool anchor) {
   if (trace_.empty()) return Match::kNoTrace;
   if (pos_ < trace_.size() && trace_[pos_] == key) {
     ++pos_;
@@ -32,7 +32,7 @@ TracePredictor::Match TracePredictor::Observe(const ShardKey& key) {
       return Match::kSkipped;
     }
   }
-  if (++extra_in_a_row_ < options_.lost_after) return Match::kExtra;
+  if (++extra_in_a_row_ < options_.lost_after || !anchor) return Match::kExtra;
   // Lost: look for the key anywhere further on.
   auto it = positions_.find(key);
   if (it != positions_.end()) {

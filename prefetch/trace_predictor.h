@@ -47,8 +47,10 @@ class TracePredictor {
   // True once every entry of the trace has been passed.
   bool at_end() const { return pos_ >= trace_.size(); }
 
-  // Advances over one access and says how it related to the trace.
-  Match Observe(const ShardKey& key);
+  // Advances over one access and says how it related to the trace. Only an
+  // `anchor` access (a shard that appears reliably, not a data-dependent
+  // one such as an expert) may move a lost position to a far-away match.
+  Match Observe(const ShardKey& key, bool anchor = true);
 
   // Ends an iteration whose accesses were `recorded` (`previous` is the
   // iteration before it). Relearns if the pattern changed; returns whether it
@@ -61,6 +63,11 @@ class TracePredictor {
   // The first entry for `key` at least `distance` entries from the position
   // (the trace repeating); kNeverUsed when the trace lacks `key`.
   double NextUseFrom(const ShardKey& key, size_t distance) const;
+  // The first entry for `key` in the trace, or -1 when it has none.
+  int64_t FirstPosition(const ShardKey& key) const {
+    auto it = positions_.find(key);
+    return it == positions_.end() ? -1 : static_cast<int64_t>(it->second.front());
+  }
   // Calls `visit(key, distance)` for the entries from the position on,
   // wrapping once, until it returns false.
   void Walk(const std::function<bool(const ShardKey&, size_t)>& visit) const;

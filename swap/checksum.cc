@@ -2,6 +2,10 @@
 
 #include <nmmintrin.h>
 #include <xxhash.h>
+// Debian's libxxhash carries runtime-dispatched AVX2/AVX-512 variants of XXH3;
+// this header routes XXH3_64bits_update & co. to them (same digests, ~2x the
+// SSE2 rate here), which keeps checksums hidden behind the I/O.
+#include <xxh_x86dispatch.h>
 
 #include <array>
 #include <cstring>

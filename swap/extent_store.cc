@@ -347,30 +347,41 @@ absl::Status ExtentStoreImpl::RunExtentIo(IoOp op, const ExtentRecord& rec, std:
       to_finish = submitted;
       if (finished >= to_finish) break;
     }
-    if (op == IoOp::kWrite) {
-      // Checksum while the writes are in flight: the data is already in the
-      // caller's buffer, so hash the chunks handed to the engine so far.
-      for (; next_in_order < submitted; ++next_in_order) {
-        on_chunk(offsets_[next_in_order], shard_bytes(next_in_order));
+    auto collect = [&](absl::Duration wait) -> absl::Status {
+      completions_.clear();
+      STRATA_RETURN_IF_ERROR(engine_->Reap(wait == absl::ZeroDuration() ? 0 : 1, wait, &completions_));
+      for (const IoCompletion& c : completions_) {
+        ++finished;
+        if (!c.status.ok() && first_error.ok()) first_error = c.status;
+        if (c.user_data < total) done_[c.user_data] = true;
       }
-    }
-    completions_.clear();
-    STRATA_RETURN_IF_ERROR(engine_->Reap(1, absl::InfiniteDuration(), &completions_));
-    for (const IoCompletion& c : completions_) {
-      ++finished;
-      if (!c.status.ok() && first_error.ok()) first_error = c.status;
-      if (c.user_data < total) done_[c.user_data] = true;
-    }
-    if (op == IoOp::kRead && first_error.ok()) {
-      // Checksum pieces as they arrive, in order, while later ones are still
-      // in flight.
-      for (; next_in_order < total && done_[next_in_order]; ++next_in_order) {
-        if (requests_[next_in_order].buffer == bounce_.data()) {
-          std::memcpy(data + offsets_[next_in_order], bounce_.data(), shard_bytes(next_in_order));
-        }
-        on_chunk(offsets_[next_in_order], shard_bytes(next_in_order));
+      return absl::OkStatus();
+    };
+    // Checksum while the I/O is in flight: writes hash the chunks already
+    // handed to the engine (their bytes are in the caller's buffer), reads
+    // hash each chunk once it and every chunk before it have arrived. After
+    // each chunk a non-blocking Reap refills the queue, so hashing never
+    // lets the device run dry.
+    bool hashed = false;
+    while (first_error.ok() && next_in_order < (op == IoOp::kWrite ? submitted : total) &&
+           (op == IoOp::kWrite || done_[next_in_order])) {
+      if (op == IoOp::kRead && requests_[next_in_order].buffer == bounce_.data()) {
+        std::memcpy(data + offsets_[next_in_order], bounce_.data(), shard_bytes(next_in_order));
       }
+      on_chunk(offsets_[next_in_order], shard_bytes(next_in_order));
+      ++next_in_order;
+      hashed = true;
+      if (finished < to_finish) STRATA_RETURN_IF_ERROR(collect(absl::ZeroDuration()));
     }
+    if (!hashed && finished < to_finish) STRATA_RETURN_IF_ERROR(collect(absl::InfiniteDuration()));
+  }
+  // Reads: the chunks that arrived with the last completions.
+  for (; op == IoOp::kRead && first_error.ok() && next_in_order < total && done_[next_in_order];
+       ++next_in_order) {
+    if (requests_[next_in_order].buffer == bounce_.data()) {
+      std::memcpy(data + offsets_[next_in_order], bounce_.data(), shard_bytes(next_in_order));
+    }
+    on_chunk(offsets_[next_in_order], shard_bytes(next_in_order));
   }
   return first_error;
 }

@@ -381,12 +381,12 @@ TEST_F(ExtentStoreTest, ShardsSpreadOverSeveralPaths) {
 }
 
 TEST_F(ExtentStoreTest, ManifestIsCompactedAndStillReplays) {
-  options_.manifest_compaction_min_bytes = 64 << 10;
+  options_.manifest_compaction_min_bytes = 16 << 10;
   auto store = Open();
   ASSERT_TRUE(store.ok());
   AlignedBuffer b = Random(4096, 1);
-  // Enough commits to pass the 64 KiB compaction threshold many times over.
-  for (int i = 0; i < 6000; ++i) {
+  // Enough commits to pass the 16 KiB compaction threshold many times over.
+  for (int i = 0; i < 1500; ++i) {
     ASSERT_TRUE((*store)->Write(Key(i % 3), b.span()).ok());
     if (i % 100 == 99) {
       ASSERT_TRUE((*store)->Sync().ok());
@@ -397,7 +397,7 @@ TEST_F(ExtentStoreTest, ManifestIsCompactedAndStillReplays) {
   int fd = open(ManifestFile().c_str(), O_RDONLY);
   off_t size = lseek(fd, 0, SEEK_END);
   close(fd);
-  EXPECT_LT(size, 64 << 10);
+  EXPECT_LT(size, 16 << 10);
   auto again = Open();
   ASSERT_TRUE(again.ok()) << again.status();
   for (int t = 0; t < 3; ++t) ExpectShard(**again, Key(t), b, 4096);

@@ -398,21 +398,32 @@ absl::Status PieceEngine::Reap(size_t min_completions, absl::Duration timeout,
   size_t want = std::min(min_completions, outstanding_requests_);
   absl::Time deadline = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
                                                             : absl::Now() + timeout;
+  // Always look at the kernel at least once, even when enough completions are
+  // already waiting: a non-blocking Reap(0) is how callers that compute
+  // between completions (ExtentStore's checksums) keep the queue full.
+  bool polled = false;
   while (true) {
     STRATA_RETURN_IF_ERROR(Pump());
-    if (ready_.size() >= want) break;
+    bool enough = ready_.size() >= want;
+    if (enough && polled) break;
     if (in_kernel_ == 0) {
-      if (!retry_queue_.empty() || !issue_queue_.empty()) {
+      if (!enough && (!retry_queue_.empty() || !issue_queue_.empty())) {
         return absl::InternalError(absl::StrCat(info_.name, " backend accepted no I/O with none in flight"));
       }
       break;
     }
-    absl::Duration left = deadline == absl::InfiniteFuture() ? absl::InfiniteDuration()
-                                                             : std::max(absl::ZeroDuration(), deadline - absl::Now());
+    absl::Duration left = enough ? absl::ZeroDuration()
+                          : deadline == absl::InfiniteFuture()
+                              ? absl::InfiniteDuration()
+                              : std::max(absl::ZeroDuration(), deadline - absl::Now());
     results_.clear();
     STRATA_RETURN_IF_ERROR(KernelWait(left, &results_));
+    polled = true;
     for (const KernelResult& r : results_) HandleResult(r);
-    if (results_.empty() && left == absl::ZeroDuration()) break;
+    if (results_.empty() && left == absl::ZeroDuration()) {
+      STRATA_RETURN_IF_ERROR(Pump());
+      break;
+    }
   }
   while (!ready_.empty()) {
     out->push_back(std::move(ready_.front()));
