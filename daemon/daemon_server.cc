@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "core/byte_size.h"
 #include "daemon/strata_service.h"
@@ -43,6 +45,14 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
                                  ? "device tier: cuda requested (trainers own the GPU copies in this version)"
                                  : "device tier: emulated (trainers own the GPU copies in this version)");
   if (!settings.nvme_paths.empty()) {
+    for (const std::string& path : settings.nvme_paths) {
+      std::error_code ec;
+      std::filesystem::create_directories(path, ec);
+      if (ec) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("nvme path ", path, " cannot be created: ", ec.message()));
+      }
+    }
     IoEngineOptions io;
     io.queue_depth = settings.io_queue_depth;
     io.block_size_bytes = settings.io_block_size;
