@@ -35,6 +35,7 @@ struct BenchFlags {
   double lookahead_mib = 512;
   uint32_t max_in_flight = 8;
   uint32_t urgent = 2;
+  uint32_t clean = 1;
   bool mark_boundaries = true;
   bool real = false;
   bool per_iteration = false;
@@ -118,6 +119,8 @@ int RunPrefetchBench(int argc, char** argv) {
   cl.AddParsed("max_in_flight", UintFlag("max_in_flight", &f.max_in_flight), "prefetches in flight (8)");
   cl.AddParsed("urgent", UintFlag("urgent", &f.urgent),
                "prefetch as urgent what is needed within this many accesses (2; 0: never)");
+  cl.AddParsed("clean", UintFlag("clean", &f.clean),
+               "early write-backs of dirty victims-to-be per pump (1; 0: off)");
   cl.AddBool("mark_boundaries", &f.mark_boundaries,
              "the client marks iteration boundaries (--nomark_boundaries: detected)");
   cl.AddBool("per_iteration", &f.per_iteration,
@@ -152,6 +155,7 @@ int RunPrefetchBench(int argc, char** argv) {
   config.lookahead_bytes = static_cast<uint64_t>(f.lookahead_mib * (1 << 20));
   config.max_in_flight = f.max_in_flight;
   config.urgent_distance = f.urgent;
+  config.write_backs_per_pump = f.clean;
   config.mark_boundaries = f.mark_boundaries;
 
   if (f.real) return RunRealPrefetchBench(traces, capacities, f.trace, config, f.real_options, f.json);

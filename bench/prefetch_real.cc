@@ -95,7 +95,8 @@ absl::StatusOr<RealResult> RunOne(const GeneratedTrace& trace, SimPolicy policy,
                                                .lookahead_count = config.lookahead_count,
                                                .lookahead_bytes = config.lookahead_count * shard,
                                                .max_in_flight = config.max_in_flight,
-                                               .urgent_distance = config.urgent_distance});
+                                               .urgent_distance = config.urgent_distance,
+                                               .write_backs_per_pump = config.write_backs_per_pump});
   }
   const double compute = options.compute_us * 1e-6;
   RealResult result;

@@ -119,7 +119,8 @@ absl::StatusOr<SimResult> RunSimulation(const GeneratedTrace& trace, SimPolicy p
                           .lookahead_bytes = static_cast<uint64_t>(
                               static_cast<double>(config.lookahead_bytes) / scale),
                           .max_in_flight = config.max_in_flight,
-                          .urgent_distance = config.urgent_distance});
+                          .urgent_distance = config.urgent_distance,
+                          .write_backs_per_pump = config.write_backs_per_pump});
   }
 
   // The link: one transfer at a time, in issue order.
@@ -144,8 +145,9 @@ absl::StatusOr<SimResult> RunSimulation(const GeneratedTrace& trace, SimPolicy p
   auto pump = [&] {
     if (!scheduler.has_value()) return;
     for (const IssuedPrefetch& p : scheduler->Pump()) {
-      ready_at[p.key] =
+      const double done =
           occupy_link(transfer_seconds(p.transfer->bytes_up(), p.transfer->bytes_down()));
+      if (!p.write_back) ready_at[p.key] = done;
     }
   };
 

@@ -1,7 +1,9 @@
 #include "examples/daemon_backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -233,11 +235,13 @@ absl::Status DaemonBackend::Finish() {
   world_->Barrier();
   session_.reset();
   world_->Barrier();
-  if (rank_ == 0) {
-    return With(absl::StrCat("deleting job '", options_.job_name, "'"),
-                client_->DeleteJob(options_.job_name));
+  if (rank_ != 0) return absl::OkStatus();
+  if (options_.print_stats) {
+    STRATA_ASSIGN_OR_RETURN(std::string stats, With("reading the daemon's stats", client_->StatsText()));
+    std::fprintf(stderr, "stratad stats after the last step:\n%s", stats.c_str());
   }
-  return absl::OkStatus();
+  return With(absl::StrCat("deleting job '", options_.job_name, "'"),
+              client_->DeleteJob(options_.job_name));
 }
 
 }  // namespace strata

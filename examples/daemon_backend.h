@@ -18,7 +18,8 @@
 // would show in the loss. Step is offload's without the copy back, plus an
 // IterationBoundary for the prefetcher.
 //
-// Finish: a barrier, detach, a barrier, then rank 0 deletes the job.
+// Finish: a barrier, detach, a barrier, then rank 0 prints the daemon's
+// stats if asked and deletes the job.
 #ifndef STRATA_EXAMPLES_DAEMON_BACKEND_H_
 #define STRATA_EXAMPLES_DAEMON_BACKEND_H_
 

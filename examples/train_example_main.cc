@@ -87,6 +87,8 @@ int Main(int argc, char** argv) {
                   "the job's device-tier budget, e.g. 64KiB (default: the daemon's)");
   flags.AddParsed("pinned_budget", ParseBytes("pinned_budget", &options.pinned_budget_bytes),
                   "the job's pinned-host budget (default: the daemon's)");
+  flags.AddBool("stats", &options.print_stats,
+                "daemon modes: print the daemon's stats to stderr after the last step");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "%s\n%s", std::string(s.message()).c_str(), flags.Usage().c_str());
     return 2;

@@ -19,13 +19,15 @@ mkdir -p "$work/nvme"
 daemon_pid=
 cleanup() {
   if [ -n "$daemon_pid" ]; then kill -TERM "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; fi
-  rm -rf "$sock_dir"
+  # Keep the logs and outputs for a look after a failure, not the NVMe files.
+  rm -rf "$sock_dir" "$work/nvme"
 }
 trap cleanup EXIT
 
-# The model is 26,122 fp32 params (~102 KiB): a 64 KiB device tier cannot hold it.
-"$stratad" --socket "$sock_dir/s.sock" --nvme_path "$work/nvme" --device emulated \
-  --device_capacity 64KiB >"$work/stratad.log" 2>&1 &
+# The model is 26,122 fp32 params (~102 KiB): a 64 KiB device tier cannot
+# hold it. 256 MiB of NVMe extents is plenty and keeps the build tree small.
+"$stratad" --socket "$sock_dir/s.sock" --nvme_path "$work/nvme" --nvme_capacity 256MiB \
+  --device emulated --device_capacity 64KiB >"$work/stratad.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 1 100); do grep -q "stratad ready" "$work/stratad.log" && break; sleep 0.1; done
 grep -q "stratad ready" "$work/stratad.log" || {
@@ -34,7 +36,7 @@ grep -q "stratad ready" "$work/stratad.log" || {
 status=0
 for mode in local offload infinity; do
   if ! timeout 300 "$example" --mode "$mode" --ranks 2 --steps "$steps" --socket "$sock_dir/s.sock" \
-      --nvme_path "$work/nvme" >"$work/$mode.out" 2>"$work/$mode.err"; then
+      --nvme_path "$work/nvme" --stats >"$work/$mode.out" 2>"$work/$mode.err"; then
     echo "FAIL: --mode $mode exited non-zero"; cat "$work/$mode.err"; status=1
   fi
   echo "--- $mode"; cat "$work/$mode.out"
@@ -43,6 +45,15 @@ for mode in local offload infinity; do
     echo "FAIL: --mode $mode printed $lines well-formed step lines, expected $steps"; status=1
   fi
 done
+# Infinity keeps params and optimizer states on NVMe: its job must have
+# written there (the stats line reads "... nvme read <n> B  written <n> B ...").
+written=$(sed -nE 's/.*train-example-infinity.* written ([0-9]+) B.*/\1/p' "$work/infinity.err")
+if [ -z "$written" ] || [ "$written" -eq 0 ]; then
+  echo "FAIL: the infinity job wrote nothing to NVMe (stats: ${written:-missing})"
+  cat "$work/infinity.err"; status=1
+else
+  echo "infinity job wrote $written bytes to NVMe"
+fi
 for mode in offload infinity; do
   if ! diff -u "$work/local.out" "$work/$mode.out"; then
     echo "FAIL: --mode $mode losses differ from --mode local"; status=1

@@ -34,6 +34,9 @@ struct TrainOptions {
   std::string nvme_path = "/local_nvme";  // written into the infinity config
   uint64_t device_budget_bytes = 0;       // 0 = the daemon's default
   uint64_t pinned_budget_bytes = 0;
+  // Rank 0 prints the daemon's stats (tiers, the job's NVMe traffic) to
+  // stderr after the last step.
+  bool print_stats = false;
 };
 
 // InvalidArgument naming the option: no ranks or steps, fewer than two

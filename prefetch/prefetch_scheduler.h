@@ -32,17 +32,25 @@ struct PrefetchSchedulerOptions {
   // policy may then evict a copy MIN would keep, trading a possible extra
   // fetch for hiding the latency (0 disables).
   size_t urgent_distance = 2;
+  // Early write-back: per Pump, at most this many of the copies Belady will
+  // evict to make room for the window's upcoming promotions (the cached
+  // copies used farthest away, one per shard the window still has to bring
+  // in) are written home if dirty, so their eviction becomes a clean drop
+  // instead of a write-back on the critical path (0 disables).
+  size_t write_backs_per_pump = 1;
 };
 
 struct IssuedPrefetch {
   ShardKey key;
   TransferHandle transfer;
+  bool write_back = false;  // an early write-back, not a promotion
 };
 
 struct PrefetchSchedulerStats {
   uint64_t pumps = 0;
   uint64_t issued = 0;
   uint64_t refused = 0;  // a promotion the store or the policy turned down
+  uint64_t write_backs = 0;
 };
 
 class PrefetchScheduler {

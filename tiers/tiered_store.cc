@@ -149,7 +149,7 @@ void TieredStore::DropStaleLocked(Shard& shard) {
   }
 }
 
-void TieredStore::EvictLocked(Shard& shard, TierKind t, std::vector<WriteBack>* write_backs) {
+void TieredStore::EvictLocked(Shard& shard, TierKind t, std::vector<PendingWriteBack>* write_backs) {
   Copy& c = shard.copies[TierIndex(t)];
   ++stats_.tiers[TierIndex(t)].evictions;
   if (NeedsWriteBackLocked(shard, t)) {
@@ -165,7 +165,7 @@ void TieredStore::EvictLocked(Shard& shard, TierKind t, std::vector<WriteBack>* 
 }
 
 absl::Status TieredStore::ChargeLocked(Shard& shard, TierKind t, uint64_t footprint, bool demand,
-                                       bool urgent, std::vector<WriteBack>* write_backs) {
+                                       bool urgent, std::vector<PendingWriteBack>* write_backs) {
   const int ti = TierIndex(t);
   const std::pair<JobId, int> job_key{shard.key.job, ti};
   const uint64_t capacity = tier(t)->capacity_bytes();
@@ -276,7 +276,7 @@ absl::Status TieredStore::AddShard(const ShardKey& key, TierKind home,
         absl::StrCat("adding ", ShardKeyToString(key), ": no ", TierKindName(home), " tier"));
   }
   Tier* home_tier = tier(home);
-  std::vector<WriteBack> write_backs;
+  std::vector<PendingWriteBack> write_backs;
   Shard* shard;
   {
     absl::MutexLock lock(&mu_);
@@ -300,7 +300,7 @@ absl::Status TieredStore::AddShard(const ShardKey& key, TierKind home,
     ++ops_in_flight_;
   }
   absl::Status status;
-  for (const WriteBack& wb : write_backs) {
+  for (const PendingWriteBack& wb : write_backs) {
     absl::Status s = WriteBackData(*wb.shard, wb.tier);
     absl::MutexLock lock(&mu_);
     Copy& vc = wb.shard->copies[TierIndex(wb.tier)];
@@ -437,6 +437,36 @@ absl::StatusOr<TransferHandle> TieredStore::Promote(const ShardKey& key, TierKin
   return handle;
 }
 
+absl::StatusOr<TransferHandle> TieredStore::WriteBack(const ShardKey& key) {
+  std::unique_ptr<CopyOp> op;
+  {
+    absl::MutexLock lock(&mu_);
+    Shard* shard = FindLocked(key);
+    if (shard == nullptr) {
+      return absl::NotFoundError(absl::StrCat("writing back ", ShardKeyToString(key), ": not found"));
+    }
+    Copy& home = shard->copies[TierIndex(shard->home)];
+    if (IsCurrentLocked(*shard, shard->home)) return Transfer::Completed();
+    if (home.state == CopyState::kLoading) return home.transfer;
+    STRATA_ASSIGN_OR_RETURN(op, StartCopyLocked(*shard, shard->home, PromoteOptions{}, false));
+  }
+  TransferHandle handle = op->handle;
+  Launch(std::move(op));
+  return handle;
+}
+
+std::vector<TieredStore::CachedCopy> TieredStore::CachedCopies(TierKind t) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<CachedCopy> copies;
+  if (!has_tier(t)) return copies;
+  for (Shard* s : cached_[TierIndex(t)]) {
+    copies.push_back({s->key, NeedsWriteBackLocked(*s, t), s->copies[TierIndex(t)].pins > 0});
+  }
+  std::sort(copies.begin(), copies.end(),
+            [](const CachedCopy& a, const CachedCopy& b) { return a.key < b.key; });
+  return copies;
+}
+
 void TieredStore::CountMoveLocked(TierKind src, TierKind dst, uint64_t bytes) {
   if (src == dst) return;
   stats_.tiers[TierIndex(src)].bytes_out += bytes;
@@ -486,7 +516,7 @@ void TieredStore::RunCopy(CopyOp& op) {
       absl::MutexLock lock(&mu_);
       ++write_backs_running_[TierIndex(op.dst)];
     }
-    for (const WriteBack& wb : op.write_backs) {
+    for (const PendingWriteBack& wb : op.write_backs) {
       absl::Status s = WriteBackData(*wb.shard, wb.tier);
       absl::MutexLock lock(&mu_);
       Copy& vc = wb.shard->copies[TierIndex(wb.tier)];

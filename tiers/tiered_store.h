@@ -146,6 +146,19 @@ class TieredStore {
   // FailedPrecondition when one of those copies is pinned or moving.
   absl::StatusOr<TransferHandle> Demote(const ShardKey& key, TierKind tier);
 
+  // Writes the latest data of `key` to its home tier now, keeping the cached
+  // copies (they become clean, so evicting them later costs no write-back).
+  // Completed at once when the home copy is current.
+  absl::StatusOr<TransferHandle> WriteBack(const ShardKey& key);
+  // The cached (non-home) copies resident in `tier`, sorted by key: what
+  // an eviction could choose from.
+  struct CachedCopy {
+    ShardKey key;
+    bool dirty = false;  // would need a write-back if evicted now
+    bool pinned = false;
+  };
+  std::vector<CachedCopy> CachedCopies(TierKind tier) const;
+
   // Pins a current copy of `key` in `tier`, waiting for (or starting) its
   // promotion. The lease lasts `lease` (default: options.default_lease).
   // Errors of the promotion are returned (ResourceExhausted when nothing can
@@ -213,7 +226,7 @@ class TieredStore {
     std::array<Copy, kNumTiers> copies;
   };
   // A dirty cached copy to write to the home before its slot is freed.
-  struct WriteBack {
+  struct PendingWriteBack {
     Shard* shard;
     TierKind tier;
   };
@@ -225,7 +238,7 @@ class TieredStore {
     TierKind dst;
     uint64_t src_version;
     bool prefetch;
-    std::vector<WriteBack> write_backs;
+    std::vector<PendingWriteBack> write_backs;
     TransferHandle handle;
   };
   struct DemoteOp {
@@ -255,12 +268,12 @@ class TieredStore {
 
   // Takes `footprint` in `t` for `shard`, evicting by policy as needed.
   absl::Status ChargeLocked(Shard& shard, TierKind t, uint64_t footprint, bool demand,
-                            bool urgent, std::vector<WriteBack>* write_backs)
+                            bool urgent, std::vector<PendingWriteBack>* write_backs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnchargeLocked(Shard& shard, TierKind t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the cached copy of `shard` in `t` (REQUIRES evictable), queueing a
   // write-back when it is the only current copy.
-  void EvictLocked(Shard& shard, TierKind t, std::vector<WriteBack>* write_backs)
+  void EvictLocked(Shard& shard, TierKind t, std::vector<PendingWriteBack>* write_backs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the slot of a cached copy and marks it absent.
   void DropCopyLocked(Shard& shard, TierKind t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
