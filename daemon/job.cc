@@ -243,6 +243,7 @@ absl::Status Job::InitParams(uint32_t rank) {
   for (const ExchangeSlot& slot : slots) ids.push_back(ShardId{rank, slot.layout.index});
   CpuOptimizer* opt = services_.optimizer;
   const OptimizerHyperparams& hp = settings_.optimizer;
+  absl::MutexLock states_lock(&states_mu_);
   STRATA_RETURN_IF_ERROR(states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
     const ExchangeSlot& slot = slots[id.index];
     const std::byte* src = ParamSlot(rank, slot) + tile.offset * DTypeSize(settings_.param_dtype);
@@ -298,16 +299,10 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
         "step ", step, " is not open for gradients; the job is at step ", next_step_,
         step_queued_ ? " and its optimizer step is running" : ""));
   }
-  if (!r.grad_ready[index]) {
-    r.grad_ready[index] = true;
-    if (grads_missing_ == 0) {
-      for (const RankState& rs : ranks_) grads_missing_ += rs.slots.size();
-      for (const RankState& rs : ranks_) {
-        for (bool ready : rs.grad_ready) grads_missing_ -= ready ? 1 : 0;
-      }
-      grads_missing_ += 1;  // the one just marked is subtracted below
-    }
-    --grads_missing_;
+  r.grad_ready[index] = true;
+  grads_missing_ = 0;
+  for (const RankState& rs : ranks_) {
+    for (bool ready : rs.grad_ready) grads_missing_ += ready ? 0 : 1;
   }
   // Sending a gradient again replaces it: inspect the new contents.
   queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
@@ -406,6 +401,8 @@ void Job::RunStep() {
     for (uint32_t r = 0; r < slots.size(); ++r) {
       for (const ExchangeSlot& s : slots[r]) ids.push_back(ShardId{r, s.layout.index});
     }
+    absl::MutexLock states_lock(&states_mu_);
+    if (param_cache_ != nullptr) param_cache_->BeginUpdate();
     const bool sixteen_bit = settings_.param_dtype != DType::kFp32;
     const size_t psize = DTypeSize(settings_.param_dtype);
     const size_t gsize = DTypeSize(settings_.grad_dtype);
@@ -434,6 +431,7 @@ void Job::RunStep() {
         if (!status.ok()) break;
       }
     }
+    if (param_cache_ != nullptr) param_cache_->EndUpdate();
     if (status.ok() && services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {
       // The record that goes into the same commit says this step is done.
       std::string record;
@@ -480,8 +478,11 @@ void Job::RunStep() {
   counters_.last_step_s = seconds;
   counters_.total_step_s += seconds;
   inspections_.clear();
-  for (RankState& r : ranks_) std::fill(r.grad_ready.begin(), r.grad_ready.end(), false);
   grads_missing_ = 0;
+  for (RankState& r : ranks_) {
+    std::fill(r.grad_ready.begin(), r.grad_ready.end(), false);
+    grads_missing_ += r.grad_ready.size();
+  }
   step_queued_ = false;
   next_step_ = step + 1;
   changed_.SignalAll();

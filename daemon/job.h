@@ -159,6 +159,9 @@ class Job {
   const JobSettings settings_;
   const JobServices services_;
   std::unique_ptr<ShardStateStore> states_;
+  // One states_ pass at a time: the NVMe store streams through one set of
+  // staging tiles, and ranks call InitParams concurrently.
+  mutable absl::Mutex states_mu_;
   std::unique_ptr<ParamCache> param_cache_;  // MODE_INFINITY only
   std::vector<TensorSpec> tensors_;         // fixed at the first Register
 

@@ -73,6 +73,7 @@ absl::Status FsyncPath(const std::string& path) {
 
 absl::Status Job::SaveTo(const std::string& directory) const {
   // Hold the job still between steps: no step may run while states are read.
+  absl::MutexLock states_lock(&states_mu_);
   absl::MutexLock lock(&mu_);
   if (!registered_) return absl::FailedPreconditionError("the job has no registered tensors to save");
   if (step_queued_) {

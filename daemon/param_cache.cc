@@ -124,10 +124,11 @@ void ParamCache::IoLoop() {
     std::pair<uint32_t, uint32_t> next;
     {
       absl::MutexLock lock(&mu_);
-      while (!stopping_ && reads_.empty()) changed_.Wait(&mu_);
+      while (!stopping_ && (reads_.empty() || updating_)) changed_.Wait(&mu_);
       if (stopping_) return;
       next = reads_.front();
       reads_.pop_front();
+      ++reads_in_flight_;
     }
     ShardRef ref = locate_(next.first, next.second);
     absl::StatusOr<uint64_t> got;
@@ -137,6 +138,7 @@ void ParamCache::IoLoop() {
                          absl::Span<std::byte>(ref.slot, ref.bytes));
     }
     absl::MutexLock lock(&mu_);
+    --reads_in_flight_;
     Entry& e = entries_[next];
     if (got.ok() && *got != ref.bytes) {
       got = absl::DataLossError(absl::StrCat("param shard ", next.second, " of rank ", next.first,
@@ -236,6 +238,30 @@ void ParamCache::IterationBoundary(uint32_t rank) {
   // Bring up the start of the next iteration while the step runs.
   if (!t.learned.empty()) StartReadLocked(rank, t.learned[0], /*prefetch=*/true);
   PrefetchLocked(rank);
+}
+
+void ParamCache::BeginUpdate() {
+  absl::MutexLock lock(&mu_);
+  updating_ = true;
+  // Queued reads never start: their shards go back to absent.
+  for (const auto& key : reads_) {
+    Entry& e = entries_[key];
+    if (e.state == State::kReading) {
+      e.state = State::kAbsent;
+      resident_bytes_ -= e.bytes;
+      if (e.prefetched_unused) ++stats_.prefetches_unused;
+      e.prefetched_unused = false;
+    }
+  }
+  reads_.clear();
+  while (reads_in_flight_ > 0) changed_.Wait(&mu_);
+}
+
+void ParamCache::EndUpdate() {
+  absl::MutexLock lock(&mu_);
+  updating_ = false;
+  for (uint32_t rank = 0; rank < traces_.size(); ++rank) PrefetchLocked(rank);
+  changed_.SignalAll();
 }
 
 ParamCacheStats ParamCache::stats() const {

@@ -65,9 +65,12 @@ class ParamCache {
   absl::Status Release(uint32_t rank, absl::Span<const uint32_t> indices);
   void ReleaseAll(uint32_t rank);
   void IterationBoundary(uint32_t rank);
-  // After the optimizer wrote new params into the slot of a pinned or
-  // resident shard and StoreHome saved them: nothing else to do. Marks every
-  // unpinned shard absent when the budget is exceeded.
+  // Brackets an optimizer step, which rewrites every param slot: BeginUpdate
+  // drops queued prefetches and waits for reads in flight (a read landing
+  // after the step wrote a slot would put the old params back); no read
+  // starts until EndUpdate, which resumes prefetching.
+  void BeginUpdate();
+  void EndUpdate();
   ParamCacheStats stats() const;
 
  private:
@@ -105,6 +108,8 @@ class ParamCache {
   std::deque<std::pair<uint32_t, uint32_t>> reads_ ABSL_GUARDED_BY(mu_);
   ParamCacheStats stats_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool updating_ ABSL_GUARDED_BY(mu_) = false;
+  int reads_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Mutex* const store_mu_;
   std::thread io_thread_;
 };

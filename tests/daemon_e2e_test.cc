@@ -165,8 +165,16 @@ void RunInfinityJob(StrataClient& client, const std::string& name, int steps, in
     ASSERT_EQ(ranks[r]->shards().size(), Model().size());  // stage 3: one shard per tensor
     if (first_step == 0) {
       for (ShardView& shard : ranks[r]->shards()) Fill(shard, shard.param, InitialParam);
-      ASSERT_TRUE(ranks[r]->InitParams().ok());
     }
+  }
+  if (first_step == 0) {
+    // Both ranks initialize at once, as real trainers do.
+    absl::Status init[2];
+    std::thread other([&] { init[1] = ranks[1]->InitParams(); });
+    init[0] = ranks[0]->InitParams();
+    other.join();
+    ASSERT_TRUE(init[0].ok()) << init[0];
+    ASSERT_TRUE(init[1].ok()) << init[1];
   }
   for (int step = first_step; step < first_step + steps; ++step) {
     for (uint32_t r = 0; r < 2; ++r) {
