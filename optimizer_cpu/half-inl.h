@@ -180,29 +180,27 @@ template <class Body>
 HWY_INLINE void ForEachLaneAlignedOut(size_t begin, size_t end, const void* out, const Body& body) {
   auto plain = [&](auto d, size_t i) HWY_ATTR { body(d, i, std::false_type()); };
   const uintptr_t addr = reinterpret_cast<uintptr_t>(out) + begin * sizeof(uint16_t);
+  // A 16-bit buffer at an odd address never reaches vector alignment.
   if constexpr (!kStreamHalfOut) {
     ForEachLane(begin, end, plain);
-    return;
-  } else {
-  if (addr % sizeof(uint16_t) != 0) {  // misaligned 16-bit buffer: never aligns
+  } else if (addr % sizeof(uint16_t) != 0) {
     ForEachLane(begin, end, plain);
-    return;
-  }
-  const hn::ScalableTag<float> df;
-  const hn::CappedTag<float, 1> d1;
-  const size_t n = hn::Lanes(df);
-  const size_t vector_bytes = n * sizeof(uint16_t);
-  size_t i = begin;
-  const size_t peel = std::min(end - begin, (vector_bytes - addr % vector_bytes) % vector_bytes /
-                                                sizeof(uint16_t));
-  for (; i < begin + peel; ++i) body(d1, i, std::false_type());
-  for (; i + 2 * n <= end; i += 2 * n) {
-    body(df, i, std::true_type());
-    body(df, i + n, std::true_type());
-  }
-  for (; i + n <= end; i += n) body(df, i, std::true_type());
-  for (; i < end; ++i) body(d1, i, std::false_type());
-  hwy::FlushStream();
+  } else {
+    const hn::ScalableTag<float> df;
+    const hn::CappedTag<float, 1> d1;
+    const size_t n = hn::Lanes(df);
+    const size_t vector_bytes = n * sizeof(uint16_t);
+    const size_t peel = std::min(
+        end - begin, (vector_bytes - addr % vector_bytes) % vector_bytes / sizeof(uint16_t));
+    size_t i = begin;
+    for (; i < begin + peel; ++i) body(d1, i, std::false_type());
+    for (; i + 2 * n <= end; i += 2 * n) {
+      body(df, i, std::true_type());
+      body(df, i + n, std::true_type());
+    }
+    for (; i + n <= end; i += n) body(df, i, std::true_type());
+    for (; i < end; ++i) body(d1, i, std::false_type());
+    hwy::FlushStream();
   }
 }
 

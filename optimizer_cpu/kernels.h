@@ -1,7 +1,7 @@
 // Entry points of the vector kernels, one per algorithm and helper. Each
 // processes the element range [begin, end) of its buffers with the best
 // Highway target the CPU supports (chosen at runtime: AVX-512, AVX2+F16C,
-// SSE4, SSSE3, or portable emulation) and is called by CpuOptimizer on tiles.
+// SSE4, SSSE3, or Highway's portable scalar target) and is called by CpuOptimizer on tiles.
 // Internal: callers use CpuOptimizer, which validates the arguments first.
 #ifndef STRATA_OPTIMIZER_CPU_KERNELS_H_
 #define STRATA_OPTIMIZER_CPU_KERNELS_H_
