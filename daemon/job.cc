@@ -54,7 +54,12 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(uint64_t id, JobSettings settin
 }
 
 Job::Job(uint64_t id, JobSettings settings, JobServices services)
-    : id_(id), settings_(std::move(settings)), services_(services), scaler_(settings_.loss_scale) {
+    : id_(id),
+      settings_(std::move(settings)),
+      services_(services),
+      early_apply_(settings_.mode == strata::v1::MODE_OFFLOAD && !settings_.loss_scale.enabled &&
+                   settings_.gradient_clipping <= 0),
+      scaler_(settings_.loss_scale) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -149,6 +154,7 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
     options.size_bytes = std::max<uint64_t>(offset, kPage);
     STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
     rank.grad_ready.assign(rank.slots.size(), false);
+    rank.applied.assign(rank.slots.size(), false);
     for (const ExchangeSlot& slot : rank.slots) {
       STRATA_RETURN_IF_ERROR(adopt ? states_->Adopt(r, slot.layout.index, slot.layout.padded_numel)
                                    : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
@@ -299,6 +305,11 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
         "step ", step, " is not open for gradients; the job is at step ", next_step_,
         step_queued_ ? " and its optimizer step is running" : ""));
   }
+  if (r.applied[index]) {
+    // Already stepped with the first copy (early path); a restarted rank
+    // re-sending the same gradient changes nothing.
+    return absl::OkStatus();
+  }
   r.grad_ready[index] = true;
   grads_missing_ = 0;
   for (const RankState& rs : ranks_) {
@@ -365,6 +376,52 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
     return;
   }
   inspections_[{rank, index}] = {*overflow, *norm};
+  if (!early_apply_ || ranks_[rank].applied[index]) return;
+  // Nothing global decides this shard's update (no loss scaling, no
+  // clipping): step it now, while the trainers are still in backward.
+  const int64_t optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
+  std::vector<std::vector<ExchangeSlot>> slots;
+  for (const RankState& r : ranks_) slots.push_back(r.slots);
+  ranks_[rank].applied[index] = true;
+  mu_.Unlock();
+  absl::Status status;
+  {
+    absl::MutexLock states_lock(&states_mu_);
+    status = ApplyShards({ShardId{rank, index}}, slots, optimizer_step, 1.0f);
+  }
+  mu_.Lock();
+  if (!status.ok()) {
+    worker_error_ = absl::Status(status.code(), absl::StrCat("optimizer step of job '", settings_.name,
+                                                             "' failed: ", status.message()));
+    changed_.SignalAll();
+  }
+}
+
+absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
+                              const std::vector<std::vector<ExchangeSlot>>& slots, int64_t optimizer_step,
+                              float grad_scale) {
+  const bool sixteen_bit = settings_.param_dtype != DType::kFp32;
+  const size_t psize = DTypeSize(settings_.param_dtype);
+  const size_t gsize = DTypeSize(settings_.grad_dtype);
+  return states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
+    const ExchangeSlot& slot = slots[id.rank][id.index];
+    StepSpans spans;
+    spans.size = tile.size;
+    spans.params = tile.master;
+    spans.exp_avg = tile.exp_avg;
+    spans.exp_avg_sq = tile.exp_avg_sq;
+    spans.max_exp_avg_sq = tile.max_exp_avg_sq;
+    spans.grad = GradSlot(id.rank, slot) + tile.offset * gsize;
+    spans.grad_dtype = settings_.grad_dtype;
+    std::byte* param_out = ParamSlot(id.rank, slot) + tile.offset * psize;
+    if (sixteen_bit) {
+      spans.param_out = param_out;
+      spans.param_out_dtype = settings_.param_dtype;
+    }
+    STRATA_RETURN_IF_ERROR(services_.optimizer->Step(settings_.optimizer, optimizer_step, spans, grad_scale));
+    if (!sixteen_bit) std::memcpy(param_out, tile.master, tile.size * sizeof(float));
+    return absl::OkStatus();
+  });
 }
 
 void Job::RunStep() {
@@ -398,35 +455,22 @@ void Job::RunStep() {
     }
     const float grad_scale = static_cast<float>(clip / scale);
     std::vector<ShardId> ids;
-    for (uint32_t r = 0; r < slots.size(); ++r) {
-      for (const ExchangeSlot& s : slots[r]) ids.push_back(ShardId{r, s.layout.index});
+    std::vector<ShardId> all_ids;
+    {
+      absl::MutexLock lock(&mu_);
+      for (uint32_t r = 0; r < slots.size(); ++r) {
+        for (const ExchangeSlot& s : slots[r]) {
+          all_ids.push_back(ShardId{r, s.layout.index});
+          // Shards the early path already stepped (see Inspect) are done.
+          if (!ranks_[r].applied[s.layout.index]) ids.push_back(ShardId{r, s.layout.index});
+        }
+      }
     }
     absl::MutexLock states_lock(&states_mu_);
     if (param_cache_ != nullptr) param_cache_->BeginUpdate();
-    const bool sixteen_bit = settings_.param_dtype != DType::kFp32;
-    const size_t psize = DTypeSize(settings_.param_dtype);
-    const size_t gsize = DTypeSize(settings_.grad_dtype);
-    status = states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
-      const ExchangeSlot& slot = slots[id.rank][id.index];
-      StepSpans spans;
-      spans.size = tile.size;
-      spans.params = tile.master;
-      spans.exp_avg = tile.exp_avg;
-      spans.exp_avg_sq = tile.exp_avg_sq;
-      spans.max_exp_avg_sq = tile.max_exp_avg_sq;
-      spans.grad = GradSlot(id.rank, slot) + tile.offset * gsize;
-      spans.grad_dtype = settings_.grad_dtype;
-      std::byte* param_out = ParamSlot(id.rank, slot) + tile.offset * psize;
-      if (sixteen_bit) {
-        spans.param_out = param_out;
-        spans.param_out_dtype = settings_.param_dtype;
-      }
-      STRATA_RETURN_IF_ERROR(services_.optimizer->Step(settings_.optimizer, optimizer_step, spans, grad_scale));
-      if (!sixteen_bit) std::memcpy(param_out, tile.master, tile.size * sizeof(float));
-      return absl::OkStatus();
-    });
+    status = ApplyShards(ids, slots, optimizer_step, grad_scale);
     if (status.ok() && param_cache_ != nullptr) {
-      for (const ShardId& id : ids) {
+      for (const ShardId& id : all_ids) {
         status = param_cache_->StoreHome(id.rank, id.index);
         if (!status.ok()) break;
       }
@@ -481,6 +525,7 @@ void Job::RunStep() {
   grads_missing_ = 0;
   for (RankState& r : ranks_) {
     std::fill(r.grad_ready.begin(), r.grad_ready.end(), false);
+    std::fill(r.applied.begin(), r.applied.end(), false);
     grads_missing_ += r.grad_ready.size();
   }
   step_queued_ = false;

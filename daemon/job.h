@@ -135,6 +135,7 @@ class Job {
     PinnedArena exchange;
     bool initialized = false;
     std::vector<bool> grad_ready;
+    std::vector<bool> applied;  // stepped early, this step (see early_apply_)
   };
   struct WorkItem {
     enum Kind { kInspect, kRunStep, kStop } kind;
@@ -152,12 +153,19 @@ class Job {
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
   void RunStep();
+  // REQUIRES: states_mu_ held.
+  absl::Status ApplyShards(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
+                           int64_t optimizer_step, float grad_scale);
   std::byte* GradSlot(uint32_t rank, const ExchangeSlot& slot) const;
   std::byte* ParamSlot(uint32_t rank, const ExchangeSlot& slot) const;
 
   const uint64_t id_;
   const JobSettings settings_;
   const JobServices services_;
+  // ZeRO-Offload without loss scaling or clipping: each shard is stepped as
+  // soon as its gradient is in, overlapping the trainers' backward. With
+  // either, the update depends on every rank's gradients and waits for all.
+  const bool early_apply_;
   std::unique_ptr<ShardStateStore> states_;
   // One states_ pass at a time: the NVMe store streams through one set of
   // staging tiles, and ranks call InitParams concurrently.
