@@ -213,6 +213,7 @@ int RunRealPrefetchBench(const std::vector<std::string>& traces,
                     std::string(SimPolicyName(policy)).c_str(), hit,
                     static_cast<double>(r->bytes_moved) / (1 << 20), 100 * stall,
                     r->wall_seconds / r->compute_seconds);
+        std::fflush(stdout);  // rows arrive seconds apart: show progress
         results.push_back({{"trace", name},
                            {"capacity", cap},
                            {"policy", std::string(SimPolicyName(policy))},

@@ -129,13 +129,17 @@ std::vector<PredictedAccess> LearnedPredictor::Upcoming(size_t max_count) const 
   // Is the trace's next entry a shard that reliably appears? If not (no
   // trace, lost, or a data-dependent choice such as an expert), the Markov
   // successors of the current access that are likely enough go first.
-  bool trace_next_confident = false;
+  // The trace from the current position, one iteration's worth (collected
+  // first: the analysis cannot see that the lambda runs under mu_).
+  std::vector<std::pair<ShardKey, size_t>> ahead;
   if (trace_.has_trace() && !lost_) {
-    trace_.Walk([&](const ShardKey& key, size_t) {
-      trace_next_confident = ConfidenceLocked(key) >= options_.min_confidence;
-      return false;
+    trace_.Walk([&ahead](const ShardKey& key, size_t distance) {
+      ahead.emplace_back(key, distance);
+      return true;
     });
   }
+  const bool trace_next_confident =
+      !ahead.empty() && ConfidenceLocked(ahead.front().first) >= options_.min_confidence;
   if (!trace_next_confident && last_key_.has_value()) {
     for (const auto& [next, p] : markov_.Successors(*last_key_)) {
       if (p < options_.markov_min_probability || out.size() >= max_count) break;
@@ -145,14 +149,13 @@ std::vector<PredictedAccess> LearnedPredictor::Upcoming(size_t max_count) const 
   if (trace_.has_trace() && !lost_) {
     const double rest = static_cast<double>(trace_.trace().size()) -
                         static_cast<double>(tracer_.current().size());
-    trace_.Walk([&](const ShardKey& key, size_t distance) {
-      if (out.size() >= max_count) return false;
-      if (static_cast<double>(distance) < rest && SkippedThisIterationLocked(key)) return true;
+    for (const auto& [key, distance] : ahead) {
+      if (out.size() >= max_count) break;
+      if (static_cast<double>(distance) < rest && SkippedThisIterationLocked(key)) continue;
       if (ConfidenceLocked(key) >= options_.min_confidence && seen.insert(key).second) {
         out.push_back({key, static_cast<double>(distance)});
       }
-      return true;
-    });
+    }
   } else if (last_key_.has_value()) {
     // No trace to follow: walk the most likely chain while the path stays
     // likely enough (a guess that is wrong costs a fetch and a victim).

@@ -33,7 +33,7 @@ namespace strata {
 struct LearnedPredictorOptions {
   TracePredictorOptions trace;
   // Weight of the latest iteration in the presence frequency (an EMA).
-  double frequency_weight = 0.25;
+  double frequency_weight = 0.5;
   // Trace entries whose shard appears in fewer iterations than this are not
   // prefetched from the trace (they are guesses; the Markov model decides).
   double min_confidence = 0.9;

@@ -180,9 +180,10 @@ absl::Status TieredStore::ChargeLocked(Shard& shard, TierKind t, uint64_t footpr
   bool expired_once = false;
   while (true) {
     const uint64_t job_charged = job_charged_[job_key];
+    const uint64_t tier_charged = charged_[ti];
     uint64_t freed = 0;
     uint64_t freed_job = 0;
-    auto tier_fits = [&] { return charged_[ti] - freed + footprint <= capacity; };
+    auto tier_fits = [&] { return tier_charged - freed + footprint <= capacity; };
     auto job_fits = [&] { return budget == 0 || job_charged - freed_job + footprint <= budget; };
     std::vector<Shard*> chosen;
     bool refused = false;

@@ -129,6 +129,29 @@ TEST_F(TieredStoreTest, DirtyCopyIsWrittenBackBeforeEviction) {
   ExpectInvariants();
 }
 
+TEST_F(TieredStoreTest, EarlyWriteBackCleansTheCopyInPlace) {
+  for (uint32_t t = 1; t <= 9; ++t) Add(t);
+  auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kWrite);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(store().WriteShard(*lease, Filled(kShard, 0x5c)).ok());
+  ASSERT_TRUE(store().Release(lease->id, true).ok());
+  auto cached = store().CachedCopies(kDev);
+  ASSERT_EQ(cached.size(), 1u);
+  EXPECT_TRUE(cached[0].dirty);
+  auto write_back = store().WriteBack(TestKey(1));
+  ASSERT_TRUE(write_back.ok());
+  ASSERT_TRUE((*write_back)->Wait().ok());
+  EXPECT_EQ((*write_back)->bytes_down(), kShard);
+  EXPECT_FALSE(store().Describe(TestKey(1))->dirty);
+  EXPECT_TRUE(store().IsResident(TestKey(1), kDev));
+  EXPECT_FALSE(store().CachedCopies(kDev)[0].dirty);
+  for (uint32_t t = 2; t <= 9; ++t) ReadVia(t, kDev);  // evicts 1: a clean drop now
+  EXPECT_FALSE(store().IsResident(TestKey(1), kDev));
+  EXPECT_EQ(store().stats().tier(kDev).write_backs, 0u);
+  EXPECT_EQ(ReadVia(1, kHome), Filled(kShard, 0x5c));
+  ExpectInvariants();
+}
+
 TEST_F(TieredStoreTest, FailedWriteBackKeepsTheDirtyDataAndFailsThePromotion) {
   for (uint32_t t = 1; t <= 9; ++t) Add(t);
   auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kWrite);
