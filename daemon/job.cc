@@ -63,7 +63,12 @@ Job::Job(uint64_t id, JobSettings settings, JobServices services)
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
-Job::~Job() { Stop(); }
+Job::~Job() {
+  Stop();
+  // The cache's I/O thread reads into the ranks' exchange regions: stop it
+  // before those are unmapped (members are destroyed after this body).
+  param_cache_.reset();
+}
 
 void Job::Stop() {
   {

@@ -59,25 +59,21 @@ absl::Status ParamCache::StoreHome(uint32_t rank, uint32_t index) {
   return absl::OkStatus();
 }
 
-size_t ParamCache::DistanceLocked(uint32_t rank, uint32_t index) const {
-  const RankTrace& t = traces_[rank];
-  if (t.learned.empty()) return SIZE_MAX / 2;
-  const size_t n = t.learned.size();
-  for (size_t d = 0; d < n; ++d) {
-    if (t.learned[(t.position + d) % n] == index) return d;
-  }
-  return SIZE_MAX / 2;
+ShardKey ParamCache::KeyOf(uint32_t rank, uint32_t index) const { return HomeKey(job_id_, rank, index); }
+
+double ParamCache::DistanceLocked(uint32_t rank, uint32_t index) const {
+  return traces_[rank].predictor.NextUse(KeyOf(rank, index));
 }
 
 bool ParamCache::MakeRoomLocked(uint32_t rank, uint64_t bytes) {
   while (resident_bytes_ + bytes > budget_bytes_) {
     // Evict the unpinned resident shard (of this rank) needed farthest ahead.
     std::pair<uint32_t, uint32_t> victim;
-    size_t worst = 0;
+    double worst = 0;
     bool found = false;
     for (auto& [key, e] : entries_) {
       if (key.first != rank || e.state != State::kResident || e.pins > 0) continue;
-      size_t d = DistanceLocked(rank, key.second);
+      double d = DistanceLocked(rank, key.second);
       if (!found || d > worst) {
         worst = d;
         victim = key;
@@ -111,12 +107,14 @@ void ParamCache::StartReadLocked(uint32_t rank, uint32_t index, bool prefetch) {
 }
 
 void ParamCache::PrefetchLocked(uint32_t rank) {
-  const RankTrace& t = traces_[rank];
-  if (t.learned.empty()) return;
-  const size_t n = t.learned.size();
-  for (size_t d = 1; d <= lookahead_ && d < n; ++d) {
-    StartReadLocked(rank, t.learned[(t.position + d) % n], /*prefetch=*/true);
-  }
+  if (updating_) return;
+  // The next `lookahead_` predicted accesses, nearest first.
+  std::vector<uint32_t> next;
+  traces_[rank].predictor.Walk([&](const ShardKey& key, size_t) {
+    next.push_back(key.tensor.value());
+    return next.size() < lookahead_;
+  });
+  for (uint32_t index : next) StartReadLocked(rank, index, /*prefetch=*/true);
 }
 
 void ParamCache::IoLoop() {
@@ -161,17 +159,8 @@ absl::Status ParamCache::Acquire(uint32_t rank, absl::Span<const uint32_t> indic
   const absl::Time start = absl::Now();
   RankTrace& t = traces_[rank];
   for (uint32_t index : indices) {
-    t.current.push_back(index);
-    if (!t.learned.empty()) {
-      // Resynchronise: find the access in the learned order near where we are.
-      const size_t n = t.learned.size();
-      for (size_t d = 0; d < n; ++d) {
-        if (t.learned[(t.position + d) % n] == index) {
-          t.position = (t.position + d) % n;
-          break;
-        }
-      }
-    }
+    t.current.push_back(KeyOf(rank, index));
+    (void)t.predictor.Observe(KeyOf(rank, index));
     Entry& e = entries_[{rank, index}];
     if (e.state == State::kResident) {
       ++stats_.hits;
@@ -230,13 +219,10 @@ void ParamCache::ReleaseAll(uint32_t rank) {
 void ParamCache::IterationBoundary(uint32_t rank) {
   absl::MutexLock lock(&mu_);
   RankTrace& t = traces_[rank];
-  if (!t.current.empty()) {
-    t.learned = std::move(t.current);
-    t.current.clear();
-  }
-  t.position = 0;
+  t.predictor.EndIteration(t.current, t.previous);
+  t.previous = std::move(t.current);
+  t.current.clear();
   // Bring up the start of the next iteration while the step runs.
-  if (!t.learned.empty()) StartReadLocked(rank, t.learned[0], /*prefetch=*/true);
   PrefetchLocked(rank);
 }
 

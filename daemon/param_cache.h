@@ -5,9 +5,9 @@
 //
 // Residency is bounded by a byte budget per job; a resident shard that is not
 // pinned may be dropped (it is a clean copy of its home), the one whose
-// predicted next use is farthest first. The prediction is the access order
-// learned from the previous iteration (prefetch/'s predictor does the same
-// with deviation tolerance for the tiered store).
+// predicted next use is farthest first. Predictions come from prefetch/'s
+// TracePredictor, one per rank: it learns the iteration's access order,
+// follows it through small deviations and relearns when the order changes.
 //
 // Thread-safe. Reads run on the cache's I/O thread, never under its lock.
 #ifndef STRATA_DAEMON_PARAM_CACHE_H_
@@ -26,6 +26,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/shard_key.h"
+#include "prefetch/trace_predictor.h"
 
 namespace strata {
 
@@ -83,16 +85,17 @@ class ParamCache {
     absl::Status read_error;
   };
   struct RankTrace {
-    std::vector<uint32_t> learned;   // access order of the last full iteration
-    std::vector<uint32_t> current;   // this iteration so far
-    size_t position = 0;             // where `current` is in `learned`
+    TracePredictor predictor;
+    std::vector<ShardKey> current;   // this iteration's accesses so far
+    std::vector<ShardKey> previous;  // the last iteration's
   };
+  ShardKey KeyOf(uint32_t rank, uint32_t index) const;
 
   void IoLoop();
   void StartReadLocked(uint32_t rank, uint32_t index, bool prefetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool MakeRoomLocked(uint32_t rank, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PrefetchLocked(uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  size_t DistanceLocked(uint32_t rank, uint32_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double DistanceLocked(uint32_t rank, uint32_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint64_t job_id_;
   ExtentStore* const store_;

@@ -238,6 +238,16 @@ TEST(DaemonE2ETest, InfinityStepsFromNvmeMatchTheLocalOptimizer) {
   auto stats = client->StatsText();
   ASSERT_TRUE(stats.ok());
   EXPECT_NE(stats->find("inf"), std::string::npos);
+  // Deleting a job while its prefetcher may still be reading leaves the
+  // daemon serving (this once crashed it).
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = absl::StrCat("gone", i);
+    ASSERT_TRUE(client->CreateJob(InfinitySpec(name)).ok());
+    RunInfinityJob(*client, name, 1, 0);
+    ASSERT_TRUE(client->DeleteJob(name).ok());
+  }
+  EXPECT_TRUE(client->Noop().ok());
+  EXPECT_TRUE(daemon.running());
   EXPECT_EQ(daemon.Stop(), 0);
 }
 
