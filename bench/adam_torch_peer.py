@@ -7,7 +7,8 @@ Holds N fp32 elements as --tensors equal tensors (params, grads; AdamW adds
 exp_avg and exp_avg_sq on its first step). Every tensor is written before the
 clock starts (torch.full touches every page), and the warmup steps create the
 optimizer state and let the allocator settle. Prints one JSON line with the
-median step time. The caller sets OMP_NUM_THREADS and the malloc environment.
+median and the fastest step time (strata bench adam uses the fastest, as for
+its own kernels). The caller sets OMP_NUM_THREADS and the malloc environment.
 """
 import argparse
 import json

@@ -172,8 +172,14 @@ absl::Status IoBench::Prepare() {
   STRATA_RETURN_IF_ERROR(FillFile(fd_, file_, f_.file_size));
   uint64_t max_bs = *std::max_element(f_.block_sizes.begin(), f_.block_sizes.end());
   uint32_t max_depth = *std::max_element(f_.depths.begin(), f_.depths.end());
-  STRATA_ASSIGN_OR_RETURN(buffers_, AlignedBuffer::Allocate(max_bs * max_depth, 4096, f_.thp));
-  for (size_t i = 0; i < buffers_.size(); i += 4096) buffers_.data()[i] = std::byte(i >> 12);
+  // --nothp: memory exactly like fio's malloc'd buffers: default page policy,
+  // untouched until the first registration or I/O faults it in. (Touching
+  // 4 KiB pages ourselves first gives a physically scattered layout that
+  // costs reads up to half their rate on virtio-blk; see docs/SWAP.md.)
+  STRATA_ASSIGN_OR_RETURN(buffers_, AlignedBuffer::Allocate(max_bs * max_depth, 4096, f_.thp, /*prefault=*/f_.thp));
+  if (f_.thp) {
+    for (size_t i = 0; i < buffers_.size(); i += 4096) buffers_.data()[i] = std::byte(i >> 12);
+  }
   // Other work on the machine skews the checksum side (CPU) more than the
   // raw side; say how busy it was.
   if (getloadavg(load_, 3) == 3) {
@@ -242,10 +248,10 @@ absl::Status IoBench::RunMatrix() {
   bool with_fio = have_fio_;
   size_t total = f_.engines.size() * f_.block_sizes.size() * f_.depths.size() * f_.ops.size();
   std::printf("\nsequential O_DIRECT, %s file, %s per run, %u pairs per point (ours and fio alternating), "
-              "registered buffers/files: %s, sqpoll: %s, our buffers on %s pages (fio: 4 KiB); %zu points\n",
+              "registered buffers/files: %s, sqpoll: %s, our buffers on %s pages (fio: malloc, 4 KiB); %zu points\n",
               FormatBytes(f_.file_size).c_str(), absl::FormatDuration(f_.runtime).c_str(), f_.reps,
               f_.register_buffers ? "yes (fio: --fixedbufs --registerfiles)" : "no", f_.sqpoll ? "yes" : "no",
-              f_.thp ? "2 MiB huge" : "4 KiB", total);
+              f_.thp ? "2 MiB huge" : "default (malloc-like)", total);
   std::printf("%-9s %-5s %4s %3s %9s %9s %7s %11s   %-24s %-24s\n", "engine", "op", "bs", "qd", "ours MB/s",
               "fio MB/s", "ratio", "ratio range", "ours runs", "fio runs");
   std::fflush(stdout);
@@ -517,7 +523,7 @@ int RunIoBench(int argc, char** argv) {
   cl.AddBool("sqpoll", &f.sqpoll, "io_uring SQPOLL for ours and fio (default off)");
   cl.AddBool("thp", &f.thp,
              "our I/O buffers on transparent huge pages, as strata's pinned arenas are (default on); "
-             "--nothp uses 4 KiB pages like fio's default malloc'd buffers");
+             "--nothp gives ours memory like fio's malloc'd buffers (default pages, not pre-touched)");
   cl.AddString("fio_iomem", &f.fio_iomem,
                "passed to fio as --iomem, e.g. mmaphuge:/dev/hugepages/f to give fio huge-page buffers too");
   cl.AddBool("tune", &f.tune, "sweep block size x depth for the first engine and print the best as config");

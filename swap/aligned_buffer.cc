@@ -18,7 +18,7 @@ constexpr size_t kHugePage = size_t{2} << 20;
 }  // namespace
 
 absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t size_bytes, size_t alignment,
-                                                      bool huge_pages) {
+                                                      bool huge_pages, bool prefault) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("AlignedBuffer: alignment ", alignment, " is not a power of two"));
@@ -42,7 +42,12 @@ absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t size_bytes, size_t 
     if (head > 0) munmap(raw, head);
     size_t tail = map_len - head - len;
     if (tail > 0) munmap(data + len, tail);
-    madvise(data, len, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    if (huge_pages) {
+      madvise(data, len, MADV_HUGEPAGE);
+    } else if (prefault) {
+      madvise(data, len, MADV_NOHUGEPAGE);
+    }
+    if (!prefault) return AlignedBuffer(data, size_bytes, /*mapped_bytes=*/len);
     // Pre-fault now: a first touch costs ~14 us per 4 KiB page, which must not
     // land inside timed I/O.
 #ifdef MADV_POPULATE_WRITE

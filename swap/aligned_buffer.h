@@ -28,9 +28,15 @@ class AlignedBuffer {
   // pages let a 1 MiB O_DIRECT request travel as one DMA segment instead of
   // 256, which matters on devices with a low max_segments (virtio-blk: 254,
   // so a 1 MiB request of 4 KiB pages is split in two).
+  // `prefault` false leaves large buffers untouched, so their pages are
+  // faulted in by whoever touches them first (e.g. io_uring buffer
+  // registration), as with a plain malloc; `huge_pages` false then also
+  // leaves the kernel's default page policy alone. Used by the bench to give
+  // our engines exactly the memory fio gets.
   static absl::StatusOr<AlignedBuffer> Allocate(size_t size_bytes,
                                                 size_t alignment = 4096,
-                                                bool huge_pages = true);
+                                                bool huge_pages = true,
+                                                bool prefault = true);
 
   AlignedBuffer() = default;
   AlignedBuffer(AlignedBuffer&& other) noexcept;
