@@ -11,8 +11,9 @@
 // Results do not depend on the thread count or tile size: every element is
 // computed independently, and the norm sums per-tile partials in tile order.
 //
-// Thread-safety: calls on one CpuOptimizer are serialized by its pool; use one
-// optimizer per concurrent caller for parallel sub-group steps.
+// Thread-safety: thread-safe. An optimizer holds no per-call state; with more
+// than one thread, concurrent calls are serialized by its pool (use one
+// optimizer per caller to step sub-groups in parallel).
 #ifndef STRATA_OPTIMIZER_CPU_CPU_OPTIMIZER_H_
 #define STRATA_OPTIMIZER_CPU_CPU_OPTIMIZER_H_
 

@@ -9,8 +9,8 @@
 // thread runs loops inline with no synchronization at all.
 //
 // Thread-safety: ParallelFor may be called from any thread; concurrent calls
-// are serialized. Not reentrant: `fn` must not call ParallelFor on the same
-// pool.
+// are serialized (a one-thread pool runs each inline in its caller). Not
+// reentrant: `fn` must not call ParallelFor on the same pool.
 #ifndef STRATA_OPTIMIZER_CPU_THREAD_POOL_H_
 #define STRATA_OPTIMIZER_CPU_THREAD_POOL_H_
 
