@@ -6,7 +6,9 @@
 
 #include "bench/adam_bench.h"
 #include "bench/io_bench.h"
+#include "bench/offload_bench.h"
 #include "bench/prefetch_bench.h"
+#include "bench/rpc_bench.h"
 #include "daemon/cli_commands.h"
 
 namespace {
@@ -27,6 +29,10 @@ const std::vector<NamedCommand>& BenchCommands() {
       {"io", strata::RunIoBench, "NVMe engines vs fio, ExtentStore swap path, --tune (strata bench io --help)"},
       {"prefetch", strata::RunPrefetchBench,
        "trace replay: LRU vs predictor vs Belady MIN, --real (strata bench prefetch --help)"},
+      {"rpc", strata::RunRpcBench,
+       "stratad call latency, concurrent clients, gradient hand-off vs memcpy (strata bench rpc --help)"},
+      {"offload", strata::RunOffloadBench,
+       "daemon optimizer step vs optimizer and NVMe alone: overlap (strata bench offload --help)"},
   };
   return commands;
 }

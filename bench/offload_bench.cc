@@ -1,0 +1,455 @@
+#include "bench/offload_bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/daemon_launcher.h"
+#include "bench/offload_parts.h"
+#include "bench/sample_stats.h"
+#include "client/strata_client.h"
+#include "core/byte_size.h"
+#include "core/command_line.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kAlignElements = 2048;             // ZeRO partition alignment (4 KiB / 2 bytes)
+constexpr uint64_t kDaemonTileBytes = 64ull << 20;    // stratad's NVMe staging tile per stream
+constexpr double kInfinityTarget = 1.15;              // step <= 1.15 x max(parts)
+constexpr uint64_t kTargetParams = 200000000;
+constexpr double kLr = 0.001, kWeightDecay = 0.01;
+
+uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+struct Flags {
+  std::string socket;
+  std::string json_path;
+  uint64_t params = kTargetParams;
+  std::vector<JobMode> modes = {JobMode::kInfinity};
+  uint32_t steps = 3;
+  std::string nvme_path;
+  uint32_t threads = 2;
+  uint64_t tensor_elements = 10000000;
+  uint64_t sub_group = 0;  // 0: params / 8
+  std::string fsync_policy = "every_commit";
+};
+
+const char* ModeName(JobMode m) { return m == JobMode::kInfinity ? "infinity" : "offload"; }
+
+struct ModeResult {
+  JobMode mode = JobMode::kInfinity;
+  uint64_t params = 0;
+  uint32_t shards = 0;
+  double register_s = 0, init_s = 0, warmup_s = 0;
+  std::vector<double> step_s, optimizer_s, io_s, inspect_s;
+  uint64_t io_read_bytes = 0, io_written_bytes = 0;
+  std::string io_engine;
+  double step() const { return Median(step_s); }
+  double optimizer() const { return Median(optimizer_s); }
+  double io() const { return Median(io_s); }
+  double slowest_part() const { return std::max(optimizer(), io()); }
+  double efficiency() const { return step() > 0 ? slowest_part() / step() : 0; }
+};
+
+// Fills fp16 params (values around 0.01..0.02) and gradients (around 2^-7,
+// mixed signs): finite, so no step is skipped for overflow.
+void FillSlots(RankSession& rank) {
+  for (ShardView& shard : rank.shards()) {
+    uint16_t* p = reinterpret_cast<uint16_t*>(shard.param);
+    uint16_t* g = reinterpret_cast<uint16_t*>(shard.grad);
+    for (uint64_t i = 0; i < shard.padded_numel; ++i) {
+      p[i] = static_cast<uint16_t>(0x2000 + ((i * 7) & 0x3ff));
+      g[i] = static_cast<uint16_t>(((i & 1) << 15) | (0x2000 + ((i * 13) & 0x3ff)));
+    }
+  }
+}
+
+class OffloadBench {
+ public:
+  explicit OffloadBench(Flags flags) : f_(std::move(flags)), pid_(getpid()) {}
+  // Run() plus, on failure, the tail of the private daemon's log.
+  absl::Status Run();
+
+ private:
+  bool wants_infinity() const {
+    return std::find(f_.modes.begin(), f_.modes.end(), JobMode::kInfinity) != f_.modes.end();
+  }
+  // NVMe bytes to preallocate for `params` of states and params: the step
+  // rewrites everything copy-on-write, and old extents are reused only after
+  // a sync, so a few versions must fit.
+  uint64_t StoreCapacity() const;
+  absl::Status RunMeasurements();
+  absl::Status Prepare();
+  absl::StatusOr<ModeResult> RunMode(JobMode mode);
+  absl::StatusOr<double> DaemonStep(RankSession& rank, uint64_t step);
+  void Report() const;
+  absl::Status WriteJson() const;
+
+  Flags f_;
+  const pid_t pid_;
+  std::unique_ptr<BenchScratchDir> scratch_;
+  std::unique_ptr<BenchDaemon> daemon_;
+  std::unique_ptr<StrataClient> client_;
+  std::string io_dir_;
+  std::vector<ModeResult> results_;
+  std::string load_start_, load_end_;
+};
+
+uint64_t OffloadBench::StoreCapacity() const {
+  const uint64_t per_version = f_.params * 12 + f_.params * 2 + (64ull << 20);
+  double versions = 2.5;
+  if (f_.fsync_policy == "batched") versions = std::min<uint32_t>(16, 3 + f_.steps) + 1.5;
+  return RoundUp(static_cast<uint64_t>(versions * static_cast<double>(per_version)) + (256ull << 20), 1 << 20);
+}
+
+absl::Status OffloadBench::Prepare() {
+  STRATA_ASSIGN_OR_RETURN(BenchScratchDir dir, BenchScratchDir::Create(f_.nvme_path));
+  scratch_ = std::make_unique<BenchScratchDir>(std::move(dir));
+  const bool launch = f_.socket.empty();
+  if (wants_infinity()) {
+    const uint64_t need = StoreCapacity() * (launch ? 2 : 1) + (1ull << 30);
+    STRATA_ASSIGN_OR_RETURN(uint64_t free_bytes, scratch_->FreeBytes());
+    if (free_bytes < need) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "need ", FormatBytes(need), " free at ", scratch_->path(), " (", launch ? "the daemon's NVMe tier and " : "",
+          "the benchmark's own store), ", FormatBytes(free_bytes), " free; pass --nvme_path on a larger disk or "
+          "fewer --params"));
+    }
+    io_dir_ = scratch_->path() + "/bench-io";
+    std::filesystem::create_directories(io_dir_);
+  }
+  std::string socket = f_.socket;
+  if (launch) {
+    BenchDaemonOptions options;
+    options.work_dir = scratch_->path();
+    options.optimizer_threads = f_.threads;
+    options.fsync_policy = f_.fsync_policy;
+    if (wants_infinity()) {
+      options.nvme_path = scratch_->path() + "/daemon-nvme";
+      options.nvme_capacity_bytes = StoreCapacity();
+      std::filesystem::create_directories(options.nvme_path);
+    }
+    STRATA_ASSIGN_OR_RETURN(daemon_, BenchDaemon::Start(options));
+    socket = daemon_->socket_path();
+    std::printf("daemon: private %s, %u optimizer threads, fsync %s%s (log %s)\n", daemon_->binary().c_str(),
+                f_.threads, f_.fsync_policy.c_str(),
+                wants_infinity() ? absl::StrCat(", NVMe ", options.nvme_path, " (",
+                                                FormatBytes(options.nvme_capacity_bytes), ")").c_str()
+                                 : "",
+                daemon_->log_path().c_str());
+  } else {
+    std::printf("daemon: the running one on %s (its thread count and NVMe settings are its own; the parts below "
+                "use --threads %u and fsync %s)\n",
+                socket.c_str(), f_.threads, f_.fsync_policy.c_str());
+  }
+  ClientOptions options;
+  options.socket_path = socket;
+  options.step_timeout = absl::Minutes(10);
+  options.rpc_timeout = absl::Minutes(5);  // RegisterTensors writes every initial state to NVMe
+  STRATA_ASSIGN_OR_RETURN(client_, StrataClient::Connect(options));
+  return absl::OkStatus();
+}
+
+// Trainer-side step time: from the first GradReady to WaitStep's return.
+absl::StatusOr<double> OffloadBench::DaemonStep(RankSession& rank, uint64_t step) {
+  const int64_t start = MonotonicNanos();
+  for (const ShardView& shard : rank.shards()) STRATA_RETURN_IF_ERROR(rank.GradReady(shard.index, step));
+  STRATA_ASSIGN_OR_RETURN(StepResult result, rank.WaitStep(step));
+  const double seconds = static_cast<double>(MonotonicNanos() - start) / 1e9;
+  if (result.skipped) return absl::InternalError(absl::StrCat("step ", step, " was skipped (gradient overflow)"));
+  return seconds;
+}
+
+absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
+  ModeResult r;
+  r.mode = mode;
+  r.params = f_.params;
+  std::vector<TensorDesc> tensors;
+  for (uint64_t left = f_.params; left > 0;) {
+    const uint64_t n = std::min(left, f_.tensor_elements);
+    tensors.push_back(TensorDesc{absl::StrCat("layer", tensors.size()), n});
+    left -= n;
+  }
+  const uint64_t sub_group =
+      f_.sub_group != 0 ? f_.sub_group : RoundUp(std::max<uint64_t>(1, (f_.params + 7) / 8), kAlignElements);
+  JobSpec spec;
+  spec.name = absl::StrCat("strata-bench-offload-", pid_, "-", ModeName(mode));
+  spec.world_size = 1;
+  spec.mode = mode;
+  spec.deepspeed_config_json = absl::StrCat(
+      R"({"zero_optimization": {"stage": )", mode == JobMode::kInfinity ? 3 : 2,
+      mode == JobMode::kOffload ? absl::StrCat(R"(, "sub_group_size": )", sub_group) : "",
+      R"(}, "optimizer": {"type": "AdamW", "params": {"lr": )", kLr, R"(, "weight_decay": )", kWeightDecay,
+      R"(}}, "fp16": {"enabled": true}})");
+  spec.param_dtype = DType::kFp16;
+  spec.grad_dtype = DType::kFp16;
+  std::printf("\n%s: %s params as %zu tensors, %s; setting up the job...\n", ModeName(mode),
+              FormatCount(f_.params).c_str(), tensors.size(),
+              mode == JobMode::kOffload ? absl::StrCat("stage 2, sub-groups of ", FormatCount(sub_group)).c_str()
+                                        : "stage 3, states and params on NVMe");
+  std::fflush(stdout);
+  STRATA_RETURN_IF_ERROR(client_->CreateJob(spec).status());
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RankSession> rank, client_->Attach(spec.name, 0));
+  int64_t t = MonotonicNanos();
+  STRATA_RETURN_IF_ERROR(rank->RegisterTensors(tensors));
+  r.register_s = static_cast<double>(MonotonicNanos() - t) / 1e9;
+  FillSlots(*rank);
+  t = MonotonicNanos();
+  STRATA_RETURN_IF_ERROR(rank->InitParams());
+  r.init_s = static_cast<double>(MonotonicNanos() - t) / 1e9;
+  StepShape shape;
+  for (const ShardView& shard : rank->shards()) shape.shard_elements.push_back(shard.padded_numel);
+  shape.tile_elements = mode == JobMode::kInfinity ? std::max<uint64_t>(kDaemonTileBytes / 4 / 1024 * 1024, 1024) : 0;
+  r.shards = static_cast<uint32_t>(shape.shard_elements.size());
+
+  STRATA_ASSIGN_OR_RETURN(r.warmup_s, DaemonStep(*rank, 0));
+  // The gradient scale the daemon applied: 1 / loss scale (no clipping here).
+  STRATA_ASSIGN_OR_RETURN(std::vector<JobSummary> jobs, client_->ListJobs());
+  double loss_scale = 1.0;
+  for (const JobSummary& j : jobs) {
+    if (j.name == spec.name) loss_scale = j.loss_scale;
+  }
+  std::printf("  register %.2f s, init params %.2f s, warm-up step %.2f s; preparing the parts...\n", r.register_s,
+              r.init_s, r.warmup_s);
+  std::fflush(stdout);
+  OptimizerHyperparams hp;
+  hp.kind = OptimizerKind::kAdamW;
+  hp.lr = kLr;
+  hp.weight_decay = kWeightDecay;
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerPart> optimizer,
+                          OptimizerPart::Create(shape, static_cast<int>(f_.threads), hp,
+                                                static_cast<float>(1.0 / loss_scale)));
+  STRATA_RETURN_IF_ERROR(optimizer->Step().status());  // warm-up: thread pool, caches
+  std::unique_ptr<NvmeIoPart> io;
+  if (mode == JobMode::kInfinity) {
+    NvmeIoPartOptions options;
+    options.dir = io_dir_ + "/" + ModeName(mode);
+    std::filesystem::create_directories(options.dir);
+    options.capacity_bytes = StoreCapacity();
+    STRATA_ASSIGN_OR_RETURN(SyncPolicy policy, ParseSyncPolicy(f_.fsync_policy));
+    options.sync_policy = policy;
+    STRATA_ASSIGN_OR_RETURN(io, NvmeIoPart::Create(shape, options));  // writes the initial states
+    r.io_engine = io->Describe();
+    r.io_read_bytes = io->bytes_read_per_step();
+    r.io_written_bytes = io->bytes_written_per_step();
+  }
+  // Each round measures the daemon's step and each part once, rotating which
+  // goes first so slow drift on this shared machine hits all of them.
+  for (uint32_t rep = 0; rep < f_.steps; ++rep) {
+    for (int k = 0; k < 3; ++k) {
+      switch ((rep + k) % 3) {
+        case 0: {
+          STRATA_ASSIGN_OR_RETURN(double s, DaemonStep(*rank, rep + 1));
+          r.step_s.push_back(s);
+          break;
+        }
+        case 1: {
+          STRATA_ASSIGN_OR_RETURN(double s, optimizer->Step());
+          r.optimizer_s.push_back(s);
+          STRATA_ASSIGN_OR_RETURN(double i, optimizer->Inspect());
+          r.inspect_s.push_back(i);
+          break;
+        }
+        default:
+          if (io != nullptr) {
+            STRATA_ASSIGN_OR_RETURN(double s, io->Step());
+            r.io_s.push_back(s);
+          }
+          break;
+      }
+    }
+    std::printf("  round %u: step %.3f s, optimizer %.3f s, io %s\n", rep + 1, r.step_s.back(),
+                r.optimizer_s.back(), io != nullptr ? absl::StrFormat("%.3f s", r.io_s.back()).c_str() : "-");
+    std::fflush(stdout);
+  }
+  io.reset();
+  optimizer.reset();
+  rank.reset();
+  STRATA_RETURN_IF_ERROR(client_->DeleteJob(spec.name));
+  return r;
+}
+
+void OffloadBench::Report() const {
+  std::printf("\n%-9s %8s %6s %5s %8s %11s %8s %9s %10s %8s\n", "mode", "params", "shards", "steps", "step s",
+              "optimizer s", "io s", "inspect s", "max(parts)", "overlap");
+  for (const ModeResult& r : results_) {
+    std::printf("%-9s %8s %6u %5zu %8.3f %11.3f %8.3f %9.3f %10.3f %8.3f\n", ModeName(r.mode),
+                FormatCount(r.params).c_str(), r.shards, r.step_s.size(), r.step(), r.optimizer(), r.io(),
+                Median(r.inspect_s), r.slowest_part(), r.efficiency());
+  }
+  std::printf("\nmedians of %u rounds; step s = trainer side, first GradReady to WaitStep's return; optimizer s = "
+              "CpuOptimizer::Step alone on the same elements, %u threads, fp16 grads in and fp16 params out; io s = "
+              "the step's NVMe reads and writes alone, one after another; inspect s = the daemon's per-gradient "
+              "inf/nan check and norm alone (inside step s, not a part); overlap = max(optimizer s, io s) / step s\n",
+              f_.steps, f_.threads);
+  for (const ModeResult& r : results_) {
+    std::printf("  %s runs: step %s | optimizer %s | io %s\n", ModeName(r.mode), JoinSamples(r.step_s, 3).c_str(),
+                JoinSamples(r.optimizer_s, 3).c_str(), r.io_s.empty() ? "-" : JoinSamples(r.io_s, 3).c_str());
+    if (r.mode == JobMode::kInfinity) {
+      std::printf("  %s io per step: read %s, write %s (%.2f GB/s over io s) via %s\n", ModeName(r.mode),
+                  FormatBytes(r.io_read_bytes).c_str(), FormatBytes(r.io_written_bytes).c_str(),
+                  static_cast<double>(r.io_read_bytes + r.io_written_bytes) / r.io() / 1e9, r.io_engine.c_str());
+    }
+  }
+  std::printf("\nload average at start %s, at end %s (1/5/15 min)\n", load_start_.c_str(), load_end_.c_str());
+  std::printf("\ntargets:\n");
+  for (const ModeResult& r : results_) {
+    if (r.mode != JobMode::kInfinity) {
+      std::printf("  offload: no stated target; step is %.2fx the optimizer alone\n", r.step() / r.optimizer());
+      continue;
+    }
+    const double ratio = r.step() / r.slowest_part();
+    std::printf("  infinity step <= %.2fx max(optimizer, NVMe) for 200M params%s: %.3fx -> %s\n", kInfinityTarget,
+                r.params == kTargetParams ? "" : absl::StrCat(" (this run: ", FormatCount(r.params), ")").c_str(),
+                ratio,
+                ratio <= kInfinityTarget
+                    ? "MET"
+                    : absl::StrFormat("MISSED by %.3fx: step %.2f s, %.2f s over the %.2f s allowed", ratio - kInfinityTarget,
+                                      r.step(), r.step() - kInfinityTarget * r.slowest_part(),
+                                      kInfinityTarget * r.slowest_part())
+                          .c_str());
+  }
+}
+
+absl::Status OffloadBench::WriteJson() const {
+  if (f_.json_path.empty()) return absl::OkStatus();
+  std::vector<nlohmann::json> items;
+  for (const ModeResult& r : results_) {
+    items.push_back({{"mode", ModeName(r.mode)},
+                     {"params", r.params},
+                     {"step_s", r.step()},
+                     {"optimizer_s", r.optimizer()},
+                     {"io_s", r.io()},
+                     {"overlap_efficiency", r.efficiency()},
+                     {"inspect_s", Median(r.inspect_s)},
+                     {"step_s_runs", r.step_s},
+                     {"optimizer_s_runs", r.optimizer_s},
+                     {"io_s_runs", r.io_s},
+                     {"shards", r.shards},
+                     {"threads", f_.threads},
+                     {"warmup_step_s", r.warmup_s},
+                     {"io_read_bytes_per_step", r.io_read_bytes},
+                     {"io_written_bytes_per_step", r.io_written_bytes},
+                     {"io_engine", r.io_engine},
+                     {"fsync_policy", f_.fsync_policy},
+                     {"load_average_start", load_start_},
+                     {"load_average_end", load_end_}});
+  }
+  // One mode: the object itself; several: {"results": [...]}.
+  nlohmann::json j = items.size() == 1 ? items[0] : nlohmann::json{{"results", items}};
+  std::ofstream out(f_.json_path);
+  out << j.dump(2) << "\n";
+  if (!out) return absl::UnavailableError(absl::StrCat("writing ", f_.json_path, " failed"));
+  std::printf("\nwrote %s\n", f_.json_path.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status OffloadBench::Run() {
+  absl::Status s = RunMeasurements();
+  if (s.ok() || daemon_ == nullptr) return s;
+  return absl::Status(s.code(), absl::StrCat(s.message(), "\nthe daemon's log ", daemon_->log_path(), " ends:",
+                                             TailOfFile(daemon_->log_path(), 20)));
+}
+
+absl::Status OffloadBench::RunMeasurements() {
+  load_start_ = LoadAverageText();
+  std::printf("machine: %ld cores, load average %s\n", sysconf(_SC_NPROCESSORS_ONLN), load_start_.c_str());
+  STRATA_RETURN_IF_ERROR(Prepare());
+  for (JobMode mode : f_.modes) {
+    STRATA_ASSIGN_OR_RETURN(ModeResult r, RunMode(mode));
+    results_.push_back(std::move(r));
+  }
+  load_end_ = LoadAverageText();
+  Report();
+  STRATA_RETURN_IF_ERROR(WriteJson());
+  client_.reset();
+  if (daemon_ != nullptr) STRATA_RETURN_IF_ERROR(daemon_->Stop());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ParseWhole(absl::string_view text, uint64_t min, uint64_t max) {
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(text, &v) || v < min || v > max) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a whole number in ", min, "..", max));
+  }
+  return v;
+}
+
+}  // namespace
+
+int RunOffloadBench(int argc, char** argv) {
+  Flags f;
+  CommandLine cl("strata bench offload");
+  cl.AddString("socket", &f.socket, "measure the stratad on this socket (default: start a private one)");
+  cl.AddString("json", &f.json_path, "write results as JSON to this file");
+  cl.AddParsed("params", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.params, ParseCount(v));
+    if (f.params < kAlignElements) return absl::InvalidArgumentError("--params must be at least 2048");
+    return absl::OkStatus();
+  }, "parameters of the model, e.g. 200M or 1.3B (default 200M)");
+  cl.AddParsed("mode", [&](absl::string_view v) -> absl::Status {
+    if (v == "offload") f.modes = {JobMode::kOffload};
+    else if (v == "infinity") f.modes = {JobMode::kInfinity};
+    else if (v == "both") f.modes = {JobMode::kOffload, JobMode::kInfinity};
+    else return absl::InvalidArgumentError(absl::StrCat("--mode '", v, "': use offload, infinity or both"));
+    return absl::OkStatus();
+  }, "offload (states in pinned memory), infinity (states on NVMe) or both (default infinity)");
+  cl.AddParsed("steps", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(uint64_t n, ParseWhole(v, 1, 1000));
+    f.steps = static_cast<uint32_t>(n);
+    return absl::OkStatus();
+  }, "measured rounds after the warm-up step; the median is reported (default 3)");
+  cl.AddString("nvme_path", &f.nvme_path,
+               "directory on the NVMe for the daemon's tier and the I/O part (default /var/tmp; never tmpfs)");
+  cl.AddParsed("threads", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(uint64_t n, ParseWhole(v, 1, 1024));
+    f.threads = static_cast<uint32_t>(n);
+    return absl::OkStatus();
+  }, "CPU optimizer threads, for the daemon and the optimizer part (default 2)");
+  cl.AddParsed("tensor", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.tensor_elements, ParseCount(v));
+    if (f.tensor_elements == 0) return absl::InvalidArgumentError("--tensor must be positive");
+    return absl::OkStatus();
+  }, "elements per model tensor (default 10M)");
+  cl.AddParsed("sub_group", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.sub_group, ParseCount(v));
+    return absl::OkStatus();
+  }, "offload mode: ZeRO sub_group_size in elements (default params / 8)");
+  cl.AddParsed("fsync_policy", [&](absl::string_view v) -> absl::Status {
+    if (v != "every_commit" && v != "batched" && v != "never") {
+      return absl::InvalidArgumentError("--fsync_policy: use every_commit, batched or never");
+    }
+    f.fsync_policy = std::string(v);
+    return absl::OkStatus();
+  }, "the daemon's and the I/O part's fsync policy (default every_commit, which also bounds the NVMe space "
+     "the copy-on-write store needs to ~2.5 versions of the states)");
+  if (absl::Status s = cl.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (cl.help_requested()) {
+    std::printf("%s", cl.Usage().c_str());
+    return 0;
+  }
+  OffloadBench bench(std::move(f));
+  if (absl::Status s = bench.Run(); !s.ok()) {
+    std::fprintf(stderr, "strata bench offload: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace strata

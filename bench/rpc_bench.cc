@@ -1,0 +1,428 @@
+#include "bench/rpc_bench.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "bench/daemon_launcher.h"
+#include "bench/rpc_workers.h"
+#include "bench/sample_stats.h"
+#include "client/strata_client.h"
+#include "core/byte_size.h"
+#include "core/command_line.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kAlignElements = 2048;  // ZeRO partition alignment (4 KiB / 2 bytes)
+constexpr int kWarmupCalls = 1000;
+constexpr uint16_t kFp16One = 0x3C00;
+
+struct Flags {
+  std::string socket;
+  std::string json_path;
+  uint64_t calls = 20000;
+  int clients = 8;
+  uint64_t bucket_bytes = 64ull << 20;
+  uint32_t handoff_reps = 15;
+  absl::Duration settle = absl::Milliseconds(50);
+  uint64_t worker_calls = 0;  // internal: run as a client process
+};
+
+struct Latency {
+  std::string call;
+  std::string what;
+  std::vector<double> us;
+  double p50() const { return Percentile(us, 50); }
+  double p99() const { return Percentile(us, 99); }
+};
+
+struct Handoff {
+  std::vector<double> memcpy_s, handoff_s, ratios;  // ratio = memcpy / hand-off, per pair
+  std::vector<double> slot_copy_s, grad_ready_s;     // the hand-off's two halves
+};
+
+// Stops the compiler from dropping a copy whose destination is never read.
+void Clobber(void* p) { asm volatile("" : : "r"(p) : "memory"); }
+
+struct PrivateBuffer {
+  explicit PrivateBuffer(uint64_t bytes)
+      : data(static_cast<std::byte*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096))), size(bytes) {}
+  ~PrivateBuffer() { std::free(data); }
+  std::byte* data;
+  uint64_t size;
+};
+
+class RpcBench {
+ public:
+  explicit RpcBench(Flags flags) : f_(std::move(flags)), pid_(getpid()) {}
+  // Run() plus, on failure, the tail of the private daemon's log.
+  absl::Status Run();
+
+ private:
+  absl::Status RunMeasurements();
+  absl::Status Connect();
+  absl::StatusOr<std::unique_ptr<RankSession>> OpenRank(const std::string& name, uint64_t sub_group,
+                                                        const std::vector<TensorDesc>& tensors, size_t shards);
+  absl::Status MeasureNoop();
+  absl::Status MeasureGradReady();
+  absl::Status MeasureConcurrent();
+  absl::Status MeasureHandoff();
+  void Report() const;
+  absl::Status WriteJson() const;
+
+  Flags f_;
+  const pid_t pid_;
+  std::unique_ptr<BenchScratchDir> scratch_;
+  std::unique_ptr<BenchDaemon> daemon_;
+  std::string socket_;
+  std::unique_ptr<StrataClient> client_;
+  std::vector<Latency> latencies_;
+  ConcurrentCallsResult concurrent_;
+  Handoff handoff_;
+  uint64_t bucket_elements_ = 0;
+  std::string load_start_, load_end_;
+};
+
+absl::Status RpcBench::Connect() {
+  socket_ = f_.socket;
+  if (socket_.empty()) {
+    STRATA_ASSIGN_OR_RETURN(BenchScratchDir dir, BenchScratchDir::Create(""));
+    scratch_ = std::make_unique<BenchScratchDir>(std::move(dir));
+    BenchDaemonOptions options;
+    options.work_dir = scratch_->path();
+    STRATA_ASSIGN_OR_RETURN(daemon_, BenchDaemon::Start(options));
+    socket_ = daemon_->socket_path();
+    std::printf("daemon: private %s on %s (log %s)\n", daemon_->binary().c_str(), socket_.c_str(),
+                daemon_->log_path().c_str());
+  } else {
+    std::printf("daemon: the running one on %s\n", socket_.c_str());
+  }
+  ClientOptions options;
+  options.socket_path = socket_;
+  STRATA_ASSIGN_OR_RETURN(client_, StrataClient::Connect(options));
+  return absl::OkStatus();
+}
+
+// A 1-rank ZeRO-Offload job with fp16 params and gradients, registered and
+// initialized, whose flat shard is cut into `shards` sub-groups of at most
+// `sub_group` elements.
+absl::StatusOr<std::unique_ptr<RankSession>> RpcBench::OpenRank(const std::string& name, uint64_t sub_group,
+                                                               const std::vector<TensorDesc>& tensors,
+                                                               size_t shards) {
+  JobSpec spec;
+  spec.name = name;
+  spec.world_size = 1;
+  spec.mode = JobMode::kOffload;
+  spec.deepspeed_config_json = absl::StrCat(
+      R"({"zero_optimization": {"stage": 2, "sub_group_size": )", sub_group,
+      R"(}, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "fp16": {"enabled": true}})");
+  spec.param_dtype = DType::kFp16;
+  spec.grad_dtype = DType::kFp16;
+  STRATA_RETURN_IF_ERROR(client_->CreateJob(spec).status());
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RankSession> rank, client_->Attach(name, 0));
+  STRATA_RETURN_IF_ERROR(rank->RegisterTensors(tensors));
+  for (ShardView& shard : rank->shards()) {
+    uint16_t* p = reinterpret_cast<uint16_t*>(shard.param);
+    uint16_t* g = reinterpret_cast<uint16_t*>(shard.grad);
+    for (uint64_t i = 0; i < shard.padded_numel; ++i) p[i] = g[i] = kFp16One;
+  }
+  STRATA_RETURN_IF_ERROR(rank->InitParams());
+  if (rank->shards().size() != shards) {
+    return absl::InternalError(absl::StrCat("job ", name, " has ", rank->shards().size(), " sub-groups, expected ",
+                                            shards));
+  }
+  return rank;
+}
+
+absl::Status RpcBench::MeasureNoop() {
+  Latency l{"noop", "Noop: empty unary gRPC call over the Unix socket", {}};
+  for (int i = 0; i < kWarmupCalls; ++i) STRATA_RETURN_IF_ERROR(client_->Noop());
+  l.us.reserve(f_.calls);
+  for (uint64_t i = 0; i < f_.calls; ++i) {
+    const int64_t t0 = MonotonicNanos();
+    absl::Status s = client_->Noop();
+    const int64_t t1 = MonotonicNanos();
+    STRATA_RETURN_IF_ERROR(s);
+    l.us.push_back(static_cast<double>(t1 - t0) / 1e3);
+  }
+  latencies_.push_back(std::move(l));
+  return absl::OkStatus();
+}
+
+absl::Status RpcBench::MeasureGradReady() {
+  // Two sub-groups of 4096 elements; only sub-group 0 is ever signalled, so
+  // step 0 never runs and every call is a re-send of the same gradient,
+  // which the daemon accepts and queues for re-inspection (inf/nan check and
+  // norm of 4096 fp16 values on its worker, after the reply).
+  const std::string name = absl::StrCat("strata-bench-rpc-", pid_, "-grad-ready");
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RankSession> rank,
+                          OpenRank(name, 2 * kAlignElements, {{"w", 4 * kAlignElements}}, 2));
+  Latency l{"grad_ready",
+            "GradReady(shard 0, step 0) of a 1-rank job, re-sent: session check, step bookkeeping, "
+            "re-inspection queued to the job worker",
+            {}};
+  for (int i = 0; i < kWarmupCalls; ++i) STRATA_RETURN_IF_ERROR(rank->GradReady(0, 0));
+  l.us.reserve(f_.calls);
+  for (uint64_t i = 0; i < f_.calls; ++i) {
+    const int64_t t0 = MonotonicNanos();
+    absl::Status s = rank->GradReady(0, 0);
+    const int64_t t1 = MonotonicNanos();
+    STRATA_RETURN_IF_ERROR(s);
+    l.us.push_back(static_cast<double>(t1 - t0) / 1e3);
+  }
+  latencies_.push_back(std::move(l));
+  rank.reset();
+  return client_->DeleteJob(name);
+}
+
+absl::Status RpcBench::MeasureConcurrent() {
+  const uint64_t per_client = std::max<uint64_t>(1, f_.calls / f_.clients);
+  STRATA_ASSIGN_OR_RETURN(concurrent_, RunConcurrentNoopClients(socket_, f_.clients, per_client));
+  return absl::OkStatus();
+}
+
+absl::Status RpcBench::MeasureHandoff() {
+  // One tensor, one sub-group: the bucket. Each hand-off is a real step: the
+  // trainer copies its bucket into the slot and signals it (the timed part),
+  // then waits for the step, so the daemon -- which inspects the bucket and
+  // runs the optimizer on it after GradReady returns -- is idle again before
+  // the next timed copy of either kind.
+  bucket_elements_ = std::max<uint64_t>(kAlignElements, f_.bucket_bytes / 2 / kAlignElements * kAlignElements);
+  const uint64_t bytes = bucket_elements_ * 2;
+  const std::string name = absl::StrCat("strata-bench-rpc-", pid_, "-handoff");
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RankSession> rank,
+                          OpenRank(name, bucket_elements_, {{"bucket", bucket_elements_}}, 1));
+  ShardView& slot = rank->shards()[0];
+  if (slot.padded_numel != bucket_elements_) {
+    return absl::InternalError(absl::StrCat("the bucket's sub-group holds ", slot.padded_numel,
+                                            " elements, expected ", bucket_elements_));
+  }
+  // The trainer's gradient bucket and the private destination, both touched
+  // before timing (the shared slot was touched by OpenRank and is mapped
+  // with MAP_POPULATE).
+  PrivateBuffer source(bytes), private_copy(bytes);
+  uint16_t* src = reinterpret_cast<uint16_t*>(source.data);
+  for (uint64_t i = 0; i < bucket_elements_; ++i) src[i] = static_cast<uint16_t>(kFp16One + (i & 0xff));
+  std::memset(private_copy.data, 0, bytes);
+  uint64_t step = 0;
+  auto handoff = [&]() -> absl::StatusOr<double> {
+    const int64_t t0 = MonotonicNanos();
+    std::memcpy(slot.grad, source.data, bytes);
+    Clobber(slot.grad);
+    const int64_t t1 = MonotonicNanos();
+    STRATA_RETURN_IF_ERROR(rank->GradReady(0, step));
+    const int64_t t2 = MonotonicNanos();
+    const double seconds = static_cast<double>(t2 - t0) / 1e9;
+    if (step > 0) {  // not the warm-up
+      handoff_.slot_copy_s.push_back(static_cast<double>(t1 - t0) / 1e9);
+      handoff_.grad_ready_s.push_back(static_cast<double>(t2 - t1) / 1e9);
+    }
+    STRATA_ASSIGN_OR_RETURN(StepResult result, rank->WaitStep(step));
+    if (result.skipped) return absl::InternalError("the hand-off step was skipped (gradient overflow)");
+    ++step;
+    return seconds;
+  };
+  STRATA_RETURN_IF_ERROR(handoff().status());  // warm-up
+  for (uint32_t rep = 0; rep < f_.handoff_reps; ++rep) {
+    double times[2] = {0, 0};  // memcpy, hand-off
+    for (int side = 0; side < 2; ++side) {
+      const bool do_handoff = (side == 0) == (rep % 2 == 1);  // alternate which goes first
+      absl::SleepFor(f_.settle);
+      if (do_handoff) {
+        STRATA_ASSIGN_OR_RETURN(times[1], handoff());
+      } else {
+        const int64_t t0 = MonotonicNanos();
+        std::memcpy(private_copy.data, source.data, bytes);
+        Clobber(private_copy.data);
+        times[0] = static_cast<double>(MonotonicNanos() - t0) / 1e9;
+      }
+    }
+    handoff_.memcpy_s.push_back(times[0]);
+    handoff_.handoff_s.push_back(times[1]);
+    handoff_.ratios.push_back(times[0] / times[1]);
+  }
+  rank.reset();
+  return client_->DeleteJob(name);
+}
+
+void RpcBench::Report() const {
+  std::printf("\n%-11s %8s %9s %9s %9s  %s\n", "call", "calls", "p50 us", "p99 us", "max us", "what the call does");
+  for (const Latency& l : latencies_) {
+    std::printf("%-11s %8zu %9.1f %9.1f %9.1f  %s\n", l.call.c_str(), l.us.size(), l.p50(), l.p99(),
+                Percentile(l.us, 100), l.what.c_str());
+  }
+  std::printf("\n%d concurrent client processes (own connection each), noop: %.0f calls/s (%llu calls in %.3f s, "
+              "%llu failed)\n",
+              f_.clients, concurrent_.calls_per_s, static_cast<unsigned long long>(concurrent_.calls),
+              concurrent_.seconds, static_cast<unsigned long long>(concurrent_.failed));
+  const double bytes = static_cast<double>(bucket_elements_ * 2);
+  const double m = Median(handoff_.memcpy_s), h = Median(handoff_.handoff_s);
+  std::printf("\nhand-off of a %s fp16 gradient bucket (%u pairs alternating, %s settle before each, buffers "
+              "pre-touched; after each hand-off the step it completes is waited for, untimed)\n",
+              FormatBytes(bucket_elements_ * 2).c_str(), f_.handoff_reps, absl::FormatDuration(f_.settle).c_str());
+  std::printf("  %-40s %9s %8s  %s\n", "", "median ms", "GB/s", "runs (ms)");
+  std::vector<double> m_ms, h_ms;
+  for (double s : handoff_.memcpy_s) m_ms.push_back(s * 1e3);
+  for (double s : handoff_.handoff_s) h_ms.push_back(s * 1e3);
+  std::printf("  %-40s %9.2f %8.2f  %s\n", "memcpy into private memory", m * 1e3, bytes / m / 1e9,
+              JoinSamples(m_ms, 1).c_str());
+  std::printf("  %-40s %9.2f %8.2f  %s\n", "write into the shared slot + GradReady", h * 1e3, bytes / h / 1e9,
+              JoinSamples(h_ms, 1).c_str());
+  std::vector<double> c_ms, g_ms;
+  for (double s : handoff_.slot_copy_s) c_ms.push_back(s * 1e3);
+  for (double s : handoff_.grad_ready_s) g_ms.push_back(s * 1e3);
+  std::printf("  %-40s %9.2f %8s  %s\n", "  of which the write into the slot", Median(c_ms), "", JoinSamples(c_ms, 1).c_str());
+  std::printf("  %-40s %9.2f %8s  %s\n", "  of which GradReady", Median(g_ms), "", JoinSamples(g_ms, 2).c_str());
+  const double ratio = Median(handoff_.ratios);
+  std::printf("  handoff_vs_memcpy (memcpy time / hand-off time, median of pairs): %.3f\n", ratio);
+
+  std::printf("\nload average at start %s, at end %s (1/5/15 min)\n", load_start_.c_str(), load_end_.c_str());
+  std::printf("\ntargets:\n");
+  const Latency* gr = nullptr;
+  for (const Latency& l : latencies_) {
+    if (l.call == "grad_ready") gr = &l;
+  }
+  if (gr != nullptr) {
+    const double p99 = gr->p99();
+    std::printf("  GradReady p99 < 200 us: %.1f us -> %s\n", p99,
+                p99 < 200 ? "MET" : absl::StrCat("MISSED by ", absl::StrFormat("%.1f", p99 - 200), " us").c_str());
+  }
+  std::printf("  hand-off >= 0.9x memcpy: %.3f -> %s\n", ratio,
+              ratio >= 0.9 ? "MET" : absl::StrCat("MISSED by ", absl::StrFormat("%.3f", 0.9 - ratio)).c_str());
+}
+
+absl::Status RpcBench::WriteJson() const {
+  if (f_.json_path.empty()) return absl::OkStatus();
+  nlohmann::json j;
+  j["results"] = nlohmann::json::array();
+  for (const Latency& l : latencies_) {
+    j["results"].push_back({{"call", l.call}, {"p50_us", l.p50()}, {"p99_us", l.p99()},
+                            {"max_us", Percentile(l.us, 100)}, {"calls", l.us.size()}, {"what", l.what}});
+  }
+  j["calls_per_s_8_clients"] = concurrent_.calls_per_s;
+  j["clients"] = f_.clients;
+  j["handoff_vs_memcpy"] = Median(handoff_.ratios);
+  j["handoff"] = {{"bucket_bytes", bucket_elements_ * 2},
+                  {"memcpy_s", Median(handoff_.memcpy_s)},
+                  {"handoff_s", Median(handoff_.handoff_s)},
+                  {"memcpy_s_runs", handoff_.memcpy_s},
+                  {"handoff_s_runs", handoff_.handoff_s},
+                  {"ratio_runs", handoff_.ratios},
+                  {"slot_copy_s_runs", handoff_.slot_copy_s},
+                  {"grad_ready_s_runs", handoff_.grad_ready_s}};
+  j["config"] = {{"calls", f_.calls},
+                 {"private_daemon", daemon_ != nullptr},
+                 {"load_average_start", load_start_},
+                 {"load_average_end", load_end_}};
+  std::ofstream out(f_.json_path);
+  out << j.dump(2) << "\n";
+  if (!out) return absl::UnavailableError(absl::StrCat("writing ", f_.json_path, " failed"));
+  std::printf("\nwrote %s\n", f_.json_path.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status RpcBench::Run() {
+  absl::Status s = RunMeasurements();
+  if (s.ok() || daemon_ == nullptr) return s;
+  return absl::Status(s.code(), absl::StrCat(s.message(), "\nthe daemon's log ", daemon_->log_path(), " ends:",
+                                             TailOfFile(daemon_->log_path(), 20)));
+}
+
+absl::Status RpcBench::RunMeasurements() {
+  load_start_ = LoadAverageText();
+  STRATA_RETURN_IF_ERROR(Connect());
+  std::printf("machine: %ld cores, load average %s\n", sysconf(_SC_NPROCESSORS_ONLN), load_start_.c_str());
+  std::printf("measuring: noop and grad_ready latency (%llu calls each after %d warm-up), %d client processes, "
+              "bucket hand-off\n",
+              static_cast<unsigned long long>(f_.calls), kWarmupCalls, f_.clients);
+  std::fflush(stdout);
+  STRATA_RETURN_IF_ERROR(MeasureNoop());
+  STRATA_RETURN_IF_ERROR(MeasureGradReady());
+  STRATA_RETURN_IF_ERROR(MeasureConcurrent());
+  STRATA_RETURN_IF_ERROR(MeasureHandoff());
+  load_end_ = LoadAverageText();
+  Report();
+  STRATA_RETURN_IF_ERROR(WriteJson());
+  client_.reset();
+  if (daemon_ != nullptr) STRATA_RETURN_IF_ERROR(daemon_->Stop());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ParsePositive(absl::string_view text, uint64_t max) {
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(text, &v) || v == 0 || v > max) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a whole number in 1..", max));
+  }
+  return v;
+}
+
+}  // namespace
+
+int RunRpcBench(int argc, char** argv) {
+  Flags f;
+  CommandLine cl("strata bench rpc");
+  cl.AddString("socket", &f.socket, "measure the stratad on this socket (default: start a private one)");
+  cl.AddString("json", &f.json_path, "write results as JSON to this file");
+  cl.AddParsed("calls", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.calls, ParsePositive(v, 100000000));
+    return absl::OkStatus();
+  }, "calls per latency measurement, and in total over the concurrent clients (default 20000)");
+  cl.AddParsed("clients", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(uint64_t n, ParsePositive(v, 256));
+    f.clients = static_cast<int>(n);
+    return absl::OkStatus();
+  }, "concurrent client processes (default 8)");
+  cl.AddParsed("bucket", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.bucket_bytes, ParseByteSize(v));
+    if (f.bucket_bytes < 4096 || f.bucket_bytes > (4ull << 30)) {
+      return absl::InvalidArgumentError("--bucket must be 4KiB..4GiB");
+    }
+    return absl::OkStatus();
+  }, "gradient bucket size for the hand-off (default 64MiB)");
+  cl.AddParsed("handoff_reps", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(uint64_t n, ParsePositive(v, 10000));
+    f.handoff_reps = static_cast<uint32_t>(n);
+    return absl::OkStatus();
+  }, "memcpy / hand-off pairs (default 15)");
+  cl.AddParsed("worker_calls", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.worker_calls, ParsePositive(v, 100000000));
+    return absl::OkStatus();
+  }, "internal: run as one concurrent client process making this many calls");
+  if (absl::Status s = cl.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (cl.help_requested()) {
+    std::printf("%s", cl.Usage().c_str());
+    return 0;
+  }
+  if (f.worker_calls > 0) {
+    if (f.socket.empty()) {
+      std::fprintf(stderr, "strata bench rpc: --worker_calls needs --socket\n");
+      return 2;
+    }
+    return RunNoopWorker(f.socket, f.worker_calls);
+  }
+  RpcBench bench(std::move(f));
+  if (absl::Status s = bench.Run(); !s.ok()) {
+    std::fprintf(stderr, "strata bench rpc: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace strata
