@@ -222,7 +222,15 @@ absl::Status IoBench::MeasurePoint(Point* p, uint32_t reps, bool with_fio) {
     for (int side = 0; side < 2; ++side) {
       bool do_ours = (side == 0) == ours_first;
       if (do_ours) {
-        absl::StatusOr<double> r = MeasureEngine(run, fd_, file_, f_.file_size, buffers_);
+        // --nothp: a fresh, untouched buffer per run, faulted in all at once
+        // when the engine registers it -- exactly what fio's per-process
+        // malloc gets.
+        AlignedBuffer fresh;
+        if (!f_.thp) {
+          STRATA_ASSIGN_OR_RETURN(fresh, AlignedBuffer::Allocate(p->block_size * p->depth, 4096,
+                                                                 /*huge_pages=*/false, /*prefault=*/false));
+        }
+        absl::StatusOr<double> r = MeasureEngine(run, fd_, file_, f_.file_size, f_.thp ? buffers_ : fresh);
         if (!r.ok()) {
           return absl::Status(r.status().code(),
                               absl::StrCat(IoEngineKindName(p->engine), " ", IoOpName(p->op), " bs ",
