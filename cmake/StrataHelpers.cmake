@@ -49,7 +49,7 @@ function(strata_cc_test)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   strata_apply_warnings(${ARG_NAME})
   gtest_discover_tests(${ARG_NAME} DISCOVERY_MODE PRE_TEST
-                       PROPERTIES ENVIRONMENT "STRATA_SOURCE_DIR=${PROJECT_SOURCE_DIR};STRATA_BINARY_DIR=${CMAKE_BINARY_DIR}")
+                       PROPERTIES ENVIRONMENT "STRATA_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
 
 # strata_cc_binary(NAME name SRCS ... [DEPS ...]): lands in build/bin.

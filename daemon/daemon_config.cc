@@ -131,8 +131,11 @@ absl::StatusOr<DaemonSettings> ResolveDaemonSettings(const strata::v1::DaemonCon
   }
   s.io_sqpoll = c.io_sqpoll();
   const std::string fsync = absl::AsciiStrToLower(c.fsync_policy());
-  if (fsync.empty() || fsync == "batched") s.fsync_policy = FsyncPolicy::kBatched;
-  else if (fsync == "every_commit") s.fsync_policy = FsyncPolicy::kEveryCommit;
+  // every_commit is the default: the extent store keeps a shard's old extents
+  // until the next sync, so batching syncs multiplies the NVMe space a job
+  // whose every step rewrites all its states needs (16 commits: 16 copies).
+  if (fsync.empty() || fsync == "every_commit") s.fsync_policy = FsyncPolicy::kEveryCommit;
+  else if (fsync == "batched") s.fsync_policy = FsyncPolicy::kBatched;
   else if (fsync == "never") s.fsync_policy = FsyncPolicy::kNever;
   else {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -31,7 +31,7 @@ TEST(DaemonConfigTest, ReadsTextFormatAndResolvesDefaults) {
   EXPECT_EQ(s->io_engine, IoEngineChoice::kPsync);
   EXPECT_EQ(s->io_block_size, 1ull << 20);
   EXPECT_EQ(s->io_queue_depth, 8u);
-  EXPECT_EQ(s->fsync_policy, FsyncPolicy::kBatched);
+  EXPECT_EQ(s->fsync_policy, FsyncPolicy::kEveryCommit);
   EXPECT_GE(s->optimizer_threads, 1u);
   EXPECT_NE(DescribeDaemonSettings(*s).find("io_engine: psync"), std::string::npos);
 }

@@ -22,8 +22,7 @@ namespace strata {
 namespace {
 
 std::string TestDir(const std::string& name) {
-  const char* bin = std::getenv("STRATA_BINARY_DIR");
-  std::string dir = absl::StrCat(bin == nullptr ? "/tmp" : bin, "/e2e-", name, "-", getpid());
+  std::string dir = absl::StrCat(BuildDir(), "/e2e-", name, "-", getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -551,8 +550,7 @@ TEST(DaemonE2ETest, ARankKilledMidStepCanReattachAndTheOtherJobIsUnharmed) {
   pid_t child = fork();
   if (child == 0) {
     dup2(ready_pipe[1], STDOUT_FILENO);
-    const char* bin = std::getenv("STRATA_BINARY_DIR");
-    std::string rank_bin = absl::StrCat(bin == nullptr ? "build" : bin, "/tests/strata-test-rank");
+    std::string rank_bin = BuildDir() + "/tests/strata-test-rank";
     std::string socket = daemon.socket();
     execl(rank_bin.c_str(), rank_bin.c_str(), socket.c_str(), "victim", "1", static_cast<char*>(nullptr));
     _exit(127);

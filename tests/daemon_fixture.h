@@ -19,6 +19,16 @@
 
 namespace strata {
 
+// The build directory: $STRATA_BINARY_DIR when set, else the parent of the
+// directory this test binary lives in (build/tests/x -> build).
+inline std::string BuildDir() {
+  if (const char* env = std::getenv("STRATA_BINARY_DIR"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "build";
+  return exe.parent_path().parent_path().string();
+}
+
 class DaemonProcess {
  public:
   // `dir` holds the socket, the NVMe files and the log.
@@ -32,8 +42,7 @@ class DaemonProcess {
   // Starts stratad and waits until it answers.
   ::testing::AssertionResult Start(std::vector<std::string> extra = {}) {
     std::filesystem::create_directories(nvme());
-    const char* bin = std::getenv("STRATA_BINARY_DIR");
-    std::string stratad = absl::StrCat(bin == nullptr ? "build" : bin, "/bin/stratad");
+    std::string stratad = BuildDir() + "/bin/stratad";
     std::vector<std::string> args = {stratad, "--socket", socket(), "--nvme_path", nvme(),
                                       "--nvme_capacity", "256MiB", "--pinned_capacity", "64MiB",
                                       "--device", "emulated", "--optimizer_threads", "2"};
