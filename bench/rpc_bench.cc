@@ -289,6 +289,10 @@ void RpcBench::Report() const {
   std::printf("  %-40s %9.2f %8s  %s\n", "  of which GradReady", Median(g_ms), "", JoinSamples(g_ms, 2).c_str());
   const double ratio = Median(handoff_.ratios);
   std::printf("  handoff_vs_memcpy (memcpy time / hand-off time, median of pairs): %.3f\n", ratio);
+  std::printf("  the write into the slot alone vs memcpy (ratio of medians): %.3f; GradReady here (after an idle "
+              "pause, as between buckets) vs its tight-loop p50: %.2f ms vs %.3f ms\n",
+              m / Median(handoff_.slot_copy_s), Median(handoff_.grad_ready_s) * 1e3,
+              latencies_.size() > 1 ? latencies_[1].p50() / 1e3 : 0.0);
 
   std::printf("\nload average at start %s, at end %s (1/5/15 min)\n", load_start_.c_str(), load_end_.c_str());
   std::printf("\ntargets:\n");
@@ -316,6 +320,7 @@ absl::Status RpcBench::WriteJson() const {
   j["calls_per_s_8_clients"] = concurrent_.calls_per_s;
   j["clients"] = f_.clients;
   j["handoff_vs_memcpy"] = Median(handoff_.ratios);
+  j["slot_write_vs_memcpy"] = Median(handoff_.memcpy_s) / Median(handoff_.slot_copy_s);
   j["handoff"] = {{"bucket_bytes", bucket_elements_ * 2},
                   {"memcpy_s", Median(handoff_.memcpy_s)},
                   {"handoff_s", Median(handoff_.handoff_s)},
