@@ -39,6 +39,7 @@ struct Flags {
   uint64_t bucket_bytes = 64ull << 20;
   uint32_t handoff_reps = 15;
   absl::Duration settle = absl::Milliseconds(50);
+  uint32_t daemon_threads = 0;  // 0: the daemon's default (one per core)
   uint64_t worker_calls = 0;  // internal: run as a client process
 };
 
@@ -104,6 +105,7 @@ absl::Status RpcBench::Connect() {
     scratch_ = std::make_unique<BenchScratchDir>(std::move(dir));
     BenchDaemonOptions options;
     options.work_dir = scratch_->path();
+    options.optimizer_threads = f_.daemon_threads;
     STRATA_ASSIGN_OR_RETURN(daemon_, BenchDaemon::Start(options));
     socket_ = daemon_->socket_path();
     std::printf("daemon: private %s on %s (log %s)\n", daemon_->binary().c_str(), socket_.c_str(),
@@ -330,6 +332,7 @@ absl::Status RpcBench::WriteJson() const {
                   {"slot_copy_s_runs", handoff_.slot_copy_s},
                   {"grad_ready_s_runs", handoff_.grad_ready_s}};
   j["config"] = {{"calls", f_.calls},
+                 {"daemon_threads", f_.daemon_threads},
                  {"private_daemon", daemon_ != nullptr},
                  {"load_average_start", load_start_},
                  {"load_average_end", load_end_}};
@@ -403,6 +406,11 @@ int RunRpcBench(int argc, char** argv) {
     f.handoff_reps = static_cast<uint32_t>(n);
     return absl::OkStatus();
   }, "memcpy / hand-off pairs (default 15)");
+  cl.AddParsed("daemon_threads", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(uint64_t n, ParsePositive(v, 1024));
+    f.daemon_threads = static_cast<uint32_t>(n);
+    return absl::OkStatus();
+  }, "optimizer threads of the private daemon (default: its own default, one per core)");
   cl.AddParsed("worker_calls", [&](absl::string_view v) -> absl::Status {
     STRATA_ASSIGN_OR_RETURN(f.worker_calls, ParsePositive(v, 100000000));
     return absl::OkStatus();
