@@ -39,6 +39,7 @@ struct Flags {
   uint64_t bucket_bytes = 64ull << 20;
   uint32_t handoff_reps = 15;
   absl::Duration settle = absl::Milliseconds(50);
+  uint32_t daemon_threads = 0;  // 0: the daemon's default (one per core)
   uint64_t worker_calls = 0;  // internal: run as a client process
 };
 
@@ -104,6 +105,7 @@ absl::Status RpcBench::Connect() {
     scratch_ = std::make_unique<BenchScratchDir>(std::move(dir));
     BenchDaemonOptions options;
     options.work_dir = scratch_->path();
+    options.optimizer_threads = f_.daemon_threads;
     STRATA_ASSIGN_OR_RETURN(daemon_, BenchDaemon::Start(options));
     socket_ = daemon_->socket_path();
     std::printf("daemon: private %s on %s (log %s)\n", daemon_->binary().c_str(), socket_.c_str(),
@@ -289,6 +291,10 @@ void RpcBench::Report() const {
   std::printf("  %-40s %9.2f %8s  %s\n", "  of which GradReady", Median(g_ms), "", JoinSamples(g_ms, 2).c_str());
   const double ratio = Median(handoff_.ratios);
   std::printf("  handoff_vs_memcpy (memcpy time / hand-off time, median of pairs): %.3f\n", ratio);
+  std::printf("  the write into the slot alone vs memcpy (ratio of medians): %.3f; GradReady here (after an idle "
+              "pause, as between buckets) vs its tight-loop p50: %.2f ms vs %.3f ms\n",
+              m / Median(handoff_.slot_copy_s), Median(handoff_.grad_ready_s) * 1e3,
+              latencies_.size() > 1 ? latencies_[1].p50() / 1e3 : 0.0);
 
   std::printf("\nload average at start %s, at end %s (1/5/15 min)\n", load_start_.c_str(), load_end_.c_str());
   std::printf("\ntargets:\n");
@@ -316,6 +322,7 @@ absl::Status RpcBench::WriteJson() const {
   j["calls_per_s_8_clients"] = concurrent_.calls_per_s;
   j["clients"] = f_.clients;
   j["handoff_vs_memcpy"] = Median(handoff_.ratios);
+  j["slot_write_vs_memcpy"] = Median(handoff_.memcpy_s) / Median(handoff_.slot_copy_s);
   j["handoff"] = {{"bucket_bytes", bucket_elements_ * 2},
                   {"memcpy_s", Median(handoff_.memcpy_s)},
                   {"handoff_s", Median(handoff_.handoff_s)},
@@ -325,6 +332,7 @@ absl::Status RpcBench::WriteJson() const {
                   {"slot_copy_s_runs", handoff_.slot_copy_s},
                   {"grad_ready_s_runs", handoff_.grad_ready_s}};
   j["config"] = {{"calls", f_.calls},
+                 {"daemon_threads", f_.daemon_threads},
                  {"private_daemon", daemon_ != nullptr},
                  {"load_average_start", load_start_},
                  {"load_average_end", load_end_}};
@@ -398,6 +406,11 @@ int RunRpcBench(int argc, char** argv) {
     f.handoff_reps = static_cast<uint32_t>(n);
     return absl::OkStatus();
   }, "memcpy / hand-off pairs (default 15)");
+  cl.AddParsed("daemon_threads", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(uint64_t n, ParsePositive(v, 1024));
+    f.daemon_threads = static_cast<uint32_t>(n);
+    return absl::OkStatus();
+  }, "optimizer threads of the private daemon (default: its own default, one per core)");
   cl.AddParsed("worker_calls", [&](absl::string_view v) -> absl::Status {
     STRATA_ASSIGN_OR_RETURN(f.worker_calls, ParsePositive(v, 100000000));
     return absl::OkStatus();

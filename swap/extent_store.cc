@@ -23,6 +23,7 @@
 #include "core/status_macros.h"
 #include "swap/aligned_buffer.h"
 #include "swap/checksum.h"
+#include "swap/chunk_hasher.h"
 #include "swap/direct_io.h"
 #include "swap/extent_allocator.h"
 #include "swap/manifest_journal.h"
@@ -154,6 +155,8 @@ class ExtentStoreImpl final : public ExtentStore {
   uint64_t commits_since_sync_ ABSL_GUARDED_BY(mu_) = 0;
   bool data_dirty_ ABSL_GUARDED_BY(mu_) = false;  // data written since the last fdatasync
   AlignedBuffer bounce_ ABSL_GUARDED_BY(mu_);
+  // Checksums are computed here, off the thread that drives the I/O.
+  ChunkHasher hasher_;
   std::vector<IoRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<IoCompletion> completions_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> offsets_ ABSL_GUARDED_BY(mu_);
@@ -439,7 +442,8 @@ absl::Status ExtentStoreImpl::Write(const ShardKey& key, absl::Span<const std::b
   StreamingChecksum sum(rec.checksum_kind, rec.generation);
   if (!data.empty()) {
     absl::Status s = RunExtentIo(IoOp::kWrite, rec, const_cast<std::byte*>(data.data()),
-                                 [&](uint64_t off, uint64_t len) { sum.Update(data.data() + off, len); });
+                                 [&](uint64_t off, uint64_t len) { hasher_.Add(&sum, data.data() + off, len); });
+    hasher_.Drain();  // before `sum` or the caller's buffer can go away
     if (!s.ok()) {
       (void)files_[rec.file_index].allocator->Free(rec.offset_bytes, rec.extent_bytes);
       return absl::Status(s.code(), absl::StrCat("writing shard ", ShardKeyToString(key), " to NVMe: ",
@@ -476,7 +480,8 @@ absl::StatusOr<uint64_t> ExtentStoreImpl::Read(const ShardKey& key, absl::Span<s
   StreamingChecksum sum(rec.checksum_kind, rec.generation);
   if (rec.size_bytes > 0) {
     absl::Status s = RunExtentIo(IoOp::kRead, rec, into.data(),
-                                 [&](uint64_t off, uint64_t len) { sum.Update(into.data() + off, len); });
+                                 [&](uint64_t off, uint64_t len) { hasher_.Add(&sum, into.data() + off, len); });
+    hasher_.Drain();  // before `sum` or the caller's buffer can go away
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("reading shard ", ShardKeyToString(key), " from NVMe: ",
                                                  s.message()));

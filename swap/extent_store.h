@@ -12,8 +12,10 @@
 //
 // Integrity. Every extent carries a 64-bit checksum (XXH3 seeded with the
 // generation, or CRC32C with SSE4.2) and a generation number that increases
-// with every write. Read() verifies the checksum while the data arrives; a
-// mismatch is DataLoss naming the shard, file and offset -- never wrong data.
+// with every write. Read() verifies the checksum while the data arrives (on
+// a hashing thread of the store's own, chunk by chunk in order, so the I/O
+// thread keeps the queue full); a mismatch is DataLoss naming the shard, file
+// and offset -- never wrong data.
 //
 // Durability. Write() makes data readable at once (by this process); Commit()
 // makes everything written or deleted so far survive a crash: it waits for
