@@ -139,9 +139,11 @@ class TorchCompareTest : public ::testing::Test {
       WriteFile(prefix + ".ours_params", results_->back().params);
     }
     WriteFile(*dir_ / "convert.f32", ConversionValues());
+    // ctest sets STRATA_SOURCE_DIR; run by hand, the path baked in at build
+    // time is used.
     const char* src = std::getenv("STRATA_SOURCE_DIR");
-    const fs::path script =
-        fs::path(src ? src : ".") / "optimizer_cpu" / "testdata" / "torch_reference.py";
+    const fs::path script = src ? fs::path(src) / "optimizer_cpu" / "testdata" / "torch_reference.py"
+                                : fs::path(STRATA_TORCH_REFERENCE_SCRIPT);
     const std::string cmd = std::string(kPython) + " " + script.string() + " " + dir_->string();
     python_status_ = std::system(cmd.c_str());
   }
