@@ -183,7 +183,7 @@ class TorchCompareTest : public ::testing::Test {
                            const std::vector<uint8_t>& grads) {
     OurResult r;
     auto opt = CpuOptimizer::Create(CpuOptimizerOptions{});
-    STRATA_CHECK_OK_FOR_TEST(opt.status());
+    CheckOkOrDie(opt.status());
     r.exp_avg.resize(c.n);
     r.exp_avg_sq.resize(c.n);
     r.max_sq.resize(c.n);
@@ -197,19 +197,19 @@ class TorchCompareTest : public ::testing::Test {
     s.exp_avg_sq = layout.exp_avg_sq ? r.exp_avg_sq.data() : nullptr;
     s.max_exp_avg_sq = layout.max_exp_avg_sq ? r.max_sq.data() : nullptr;
     s.grad_dtype = c.grad_dtype;
-    STRATA_CHECK_OK_FOR_TEST((*opt)->InitializeState(c.h, s));
+    CheckOkOrDie((*opt)->InitializeState(c.h, s));
     for (int step = 1; step <= kSteps; ++step) {
       s.grad = grads.data() + (step - 1) * c.n * DTypeSize(c.grad_dtype);
       // Alternate the 16-bit output; the last two steps write both.
       s.param_out = step % 2 ? r.fp16.data() : r.bf16.data();
       s.param_out_dtype = step % 2 ? DType::kFp16 : DType::kBf16;
-      STRATA_CHECK_OK_FOR_TEST((*opt)->Step(c.h, step, s, c.grad_scale));
+      CheckOkOrDie((*opt)->Step(c.h, step, s, c.grad_scale));
     }
     r.params = std::move(params);
     return r;
   }
 
-  static void STRATA_CHECK_OK_FOR_TEST(const absl::Status& status) {
+  static void CheckOkOrDie(const absl::Status& status) {
     if (!status.ok()) {
       std::fprintf(stderr, "%s\n", status.ToString().c_str());
       std::abort();
