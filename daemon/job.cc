@@ -8,8 +8,6 @@
 #include "core/status_macros.h"
 #include "daemon/host_shard_state_store.h"
 #include "daemon/nvme_shard_state_store.h"
-#include "google/protobuf/util/json_util.h"
-#include "nlohmann/json.hpp"
 #include "swap/aligned_buffer.h"
 #include "swap/extent_store.h"
 
@@ -279,7 +277,7 @@ absl::Status Job::InitParams(uint32_t rank) {
     bool all = true;
     for (const RankState& r : ranks_) all = all && r.initialized;
     if (!all || services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return absl::OkStatus();
-    record = RecordLocked();
+    record = SerializeJobRecord(RecordLocked());
   }
   STRATA_RETURN_IF_ERROR(WriteRecord(record));
   absl::MutexLock io(services_.nvme_mu);
@@ -486,17 +484,13 @@ void Job::RunStep() {
       std::string record;
       {
         absl::MutexLock lock(&mu_);
+        JobRecord r = RecordLocked();
         LossScaler after = scaler_;
         after.Update(overflow);
-        nlohmann::json r = nlohmann::json::parse(RecordLocked());
-        r["next_step"] = step + 1;
-        r["optimizer_steps"] = optimizer_steps_ + 1;
-        r["loss_scaler"]["scale"] = after.state().scale;
-        r["loss_scaler"]["hysteresis_left"] = after.state().hysteresis_left;
-        r["loss_scaler"]["iteration"] = after.state().iteration;
-        r["loss_scaler"]["last_overflow_iteration"] = after.state().last_overflow_iteration;
-        r["loss_scaler"]["any_overflow"] = after.state().any_overflow;
-        record = r.dump();
+        r.next_step = step + 1;
+        r.optimizer_steps = optimizer_steps_ + 1;
+        r.loss_scaler = after.state();
+        record = SerializeJobRecord(r);
       }
       status = WriteRecord(record);
       if (status.ok()) {
@@ -546,22 +540,21 @@ bool Job::IsRecordKey(const ShardKey& key) {
   return key.rank == Rank(UINT32_MAX) && key.tensor == TensorId(UINT32_MAX);
 }
 
-std::string Job::RecordLocked() const {
-  nlohmann::json r;
-  std::string settings_json;
-  (void)google::protobuf::util::MessageToJsonString(JobSettingsToRequest(settings_), &settings_json);
-  r["settings"] = nlohmann::json::parse(settings_json);
-  r["tensors"] = nlohmann::json::array();
-  for (const TensorSpec& t : tensors_) r["tensors"].push_back({{"name", t.name}, {"numel", t.numel}});
-  r["next_step"] = next_step_;
-  r["optimizer_steps"] = optimizer_steps_;
-  const LossScalerState& ls = scaler_.state();
-  r["loss_scaler"] = {{"scale", ls.scale},
-                      {"hysteresis_left", ls.hysteresis_left},
-                      {"iteration", ls.iteration},
-                      {"last_overflow_iteration", ls.last_overflow_iteration},
-                      {"any_overflow", ls.any_overflow}};
-  return r.dump();
+JobRecord Job::RecordLocked() const {
+  JobRecord record;
+  record.settings = JobSettingsToRequest(settings_);
+  record.tensors = tensors_;
+  record.next_step = next_step_;
+  record.optimizer_steps = optimizer_steps_;
+  record.loss_scaler = scaler_.state();
+  return record;
+}
+
+void Job::ApplyRecordLocked(const JobRecord& record) {
+  for (RankState& rank : ranks_) rank.initialized = true;
+  next_step_ = record.next_step;
+  optimizer_steps_ = record.optimizer_steps;
+  scaler_ = LossScaler(settings_.loss_scale, record.loss_scaler);
 }
 
 absl::Status Job::WriteRecord(const std::string& record) {
@@ -572,42 +565,16 @@ absl::Status Job::WriteRecord(const std::string& record) {
   return services_.nvme->Write(RecordKey(id_), absl::Span<const std::byte>(buffer.data(), record.size()));
 }
 
-absl::StatusOr<std::unique_ptr<Job>> Job::Restore(uint64_t id, const std::string& record, JobServices services) {
-  nlohmann::json r = nlohmann::json::parse(record, nullptr, false);
-  if (r.is_discarded() || !r.is_object()) {
-    return absl::DataLossError(absl::StrCat("the NVMe record of job ", id, " is not valid JSON"));
-  }
-  try {
-    strata::v1::CreateJobRequest request;
-    if (!google::protobuf::util::JsonStringToMessage(r["settings"].dump(), &request).ok()) {
-      return absl::DataLossError(absl::StrCat("the NVMe record of job ", id, " has bad settings"));
-    }
-    STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(request));
-    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
-    std::vector<TensorSpec> tensors;
-    for (const auto& t : r["tensors"]) {
-      tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(tensors.size())), t["name"].get<std::string>(),
-                                   t["numel"].get<uint64_t>()});
-    }
-    absl::MutexLock lock(&job->mu_);
-    job->tensors_ = tensors;
-    STRATA_RETURN_IF_ERROR(job->BuildLayoutsLocked(tensors, /*adopt=*/true));
-    job->registered_ = true;
-    for (RankState& rank : job->ranks_) rank.initialized = true;
-    job->next_step_ = r["next_step"].get<uint64_t>();
-    job->optimizer_steps_ = r["optimizer_steps"].get<uint64_t>();
-    const auto& ls = r["loss_scaler"];
-    LossScalerState state;
-    state.scale = ls["scale"].get<double>();
-    state.hysteresis_left = ls["hysteresis_left"].get<uint32_t>();
-    state.iteration = ls["iteration"].get<uint64_t>();
-    state.last_overflow_iteration = ls["last_overflow_iteration"].get<uint64_t>();
-    state.any_overflow = ls["any_overflow"].get<bool>();
-    job->scaler_ = LossScaler(job->settings_.loss_scale, state);
-    return job;
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat("the NVMe record of job ", id, " is malformed: ", e.what()));
-  }
+absl::StatusOr<std::unique_ptr<Job>> Job::Restore(uint64_t id, const std::string& text, JobServices services) {
+  STRATA_ASSIGN_OR_RETURN(JobRecord record, ParseJobRecord(text, absl::StrCat("the NVMe record of job ", id)));
+  STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(record.settings));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
+  absl::MutexLock lock(&job->mu_);
+  job->tensors_ = record.tensors;
+  STRATA_RETURN_IF_ERROR(job->BuildLayoutsLocked(record.tensors, /*adopt=*/true));
+  job->registered_ = true;
+  job->ApplyRecordLocked(record);
+  return job;
 }
 
 absl::Status Job::Acquire(uint32_t rank, const std::vector<uint32_t>& indices, absl::Time deadline) {

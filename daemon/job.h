@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "core/shard_key.h"
 #include "core/zero_partition.h"
+#include "daemon/job_record.h"
 #include "daemon/job_settings.h"
 #include "daemon/loss_scaler.h"
 #include "daemon/param_cache.h"
@@ -146,7 +147,9 @@ class Job {
   Job(uint64_t id, JobSettings settings, JobServices services);
   absl::Status BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string RecordLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobRecord RecordLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks every rank initialized and restores the step counts and scaler.
+  void ApplyRecordLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the record into the extent store (the caller commits).
   absl::Status WriteRecord(const std::string& record);
   void WorkerLoop();

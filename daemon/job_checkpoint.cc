@@ -17,8 +17,6 @@
 #include "core/errno_status.h"
 #include "core/status_macros.h"
 #include "daemon/job.h"
-#include "google/protobuf/util/json_util.h"
-#include "nlohmann/json.hpp"
 
 namespace strata {
 namespace {
@@ -94,21 +92,7 @@ absl::Status Job::SaveTo(const std::string& directory) const {
   if (!std::filesystem::create_directories(tmp, ec)) {
     return absl::InvalidArgumentError(absl::StrCat("cannot create ", tmp, ": ", ec.message()));
   }
-  nlohmann::json manifest;
-  manifest["format"] = kFormat;
-  std::string settings_json;
-  (void)google::protobuf::util::MessageToJsonString(JobSettingsToRequest(settings_), &settings_json);
-  manifest["settings"] = nlohmann::json::parse(settings_json);
-  manifest["tensors"] = nlohmann::json::array();
-  for (const TensorSpec& t : tensors_) manifest["tensors"].push_back({{"name", t.name}, {"numel", t.numel}});
-  manifest["next_step"] = next_step_;
-  manifest["optimizer_steps"] = optimizer_steps_;
-  const LossScalerState& ls = scaler_.state();
-  manifest["loss_scaler"] = {{"scale", ls.scale},
-                             {"hysteresis_left", ls.hysteresis_left},
-                             {"iteration", ls.iteration},
-                             {"last_overflow_iteration", ls.last_overflow_iteration},
-                             {"any_overflow", ls.any_overflow}};
+  const std::string manifest = SerializeJobRecord(RecordLocked(), kFormat);
   uint64_t bytes = 0;
   const size_t psize = DTypeSize(settings_.param_dtype);
   for (uint32_t r = 0; r < ranks_.size(); ++r) {
@@ -137,7 +121,7 @@ absl::Status Job::SaveTo(const std::string& directory) const {
   }
   {
     std::ofstream out(tmp + "/manifest.json");
-    out << manifest.dump(2);
+    out << manifest;
     if (!out) return absl::InternalError(absl::StrCat("writing ", tmp, "/manifest.json"));
   }
   STRATA_RETURN_IF_ERROR(FsyncPath(tmp + "/manifest.json"));
@@ -158,62 +142,37 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(uint64_t id, const std::strin
   if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint at ", directory, " (", manifest_path, " missing)"));
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json manifest = nlohmann::json::parse(text.str(), nullptr, false);
-  if (manifest.is_discarded() || !manifest.is_object() || manifest.value("format", "") != kFormat) {
-    return absl::DataLossError(absl::StrCat(manifest_path, " is not a strata checkpoint manifest"));
-  }
-  try {
-    strata::v1::CreateJobRequest request;
-    auto parsed = google::protobuf::util::JsonStringToMessage(manifest["settings"].dump(), &request);
-    if (!parsed.ok()) return absl::DataLossError(absl::StrCat(manifest_path, ": bad settings"));
-    if (!new_name.empty()) request.set_name(new_name);
-    STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(request));
-    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
-    std::vector<TensorSpec> tensors;
-    for (const auto& t : manifest["tensors"]) {
-      tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(tensors.size())), t["name"].get<std::string>(),
-                                   t["numel"].get<uint64_t>()});
-    }
-    STRATA_RETURN_IF_ERROR(job->Register(0, tensors));
-    absl::MutexLock lock(&job->mu_);
-    const size_t psize = DTypeSize(job->settings_.param_dtype);
-    for (uint32_t r = 0; r < job->ranks_.size(); ++r) {
-      for (const ExchangeSlot& slot : job->ranks_[r].slots) {
-        const std::string path = ShardFile(directory, r, slot.layout.index);
-        int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening checkpoint shard ", path));
-        absl::Status s = job->states_->Update({ShardId{r, slot.layout.index}}, [&](const ShardId&, const StateTile& tile) {
-          for (float* stream : {tile.master, tile.exp_avg, tile.exp_avg_sq, tile.max_exp_avg_sq}) {
-            if (stream == nullptr) continue;
-            STRATA_RETURN_IF_ERROR(ReadAll(fd, stream, tile.size * 4, path));
-          }
-          return absl::OkStatus();
-        });
-        if (s.ok()) {
-          s = ReadAll(fd, job->ranks_[r].exchange.data() + slot.param_offset, slot.layout.padded_numel * psize, path);
+  STRATA_ASSIGN_OR_RETURN(JobRecord record, ParseJobRecord(text.str(), manifest_path, kFormat));
+  if (!new_name.empty()) record.settings.set_name(new_name);
+  STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(record.settings));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
+  STRATA_RETURN_IF_ERROR(job->Register(0, record.tensors));
+  absl::MutexLock lock(&job->mu_);
+  const size_t psize = DTypeSize(job->settings_.param_dtype);
+  for (uint32_t r = 0; r < job->ranks_.size(); ++r) {
+    for (const ExchangeSlot& slot : job->ranks_[r].slots) {
+      const std::string path = ShardFile(directory, r, slot.layout.index);
+      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening checkpoint shard ", path));
+      absl::Status s = job->states_->Update({ShardId{r, slot.layout.index}}, [&](const ShardId&, const StateTile& tile) {
+        for (float* stream : {tile.master, tile.exp_avg, tile.exp_avg_sq, tile.max_exp_avg_sq}) {
+          if (stream == nullptr) continue;
+          STRATA_RETURN_IF_ERROR(ReadAll(fd, stream, tile.size * 4, path));
         }
-        close(fd);
-        if (!s.ok()) return s;
-        if (job->param_cache_ != nullptr) {
-          STRATA_RETURN_IF_ERROR(job->param_cache_->StoreHome(r, slot.layout.index));
-        }
+        return absl::OkStatus();
+      });
+      if (s.ok()) {
+        s = ReadAll(fd, job->ranks_[r].exchange.data() + slot.param_offset, slot.layout.padded_numel * psize, path);
       }
-      job->ranks_[r].initialized = true;
+      close(fd);
+      if (!s.ok()) return s;
+      if (job->param_cache_ != nullptr) {
+        STRATA_RETURN_IF_ERROR(job->param_cache_->StoreHome(r, slot.layout.index));
+      }
     }
-    job->next_step_ = manifest["next_step"].get<uint64_t>();
-    job->optimizer_steps_ = manifest["optimizer_steps"].get<uint64_t>();
-    const auto& ls = manifest["loss_scaler"];
-    LossScalerState state;
-    state.scale = ls["scale"].get<double>();
-    state.hysteresis_left = ls["hysteresis_left"].get<uint32_t>();
-    state.iteration = ls["iteration"].get<uint64_t>();
-    state.last_overflow_iteration = ls["last_overflow_iteration"].get<uint64_t>();
-    state.any_overflow = ls["any_overflow"].get<bool>();
-    job->scaler_ = LossScaler(job->settings_.loss_scale, state);
-    return job;
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat(manifest_path, " is malformed: ", e.what()));
   }
+  job->ApplyRecordLocked(record);
+  return job;
 }
 
 }  // namespace strata

@@ -45,6 +45,34 @@ void Fill(const ShardView& shard, std::byte* base, Fn value) {
 float InitialParam(uint32_t t, uint64_t e) { return std::sin(0.001f * (e + 1) + t); }
 float Grad(uint32_t t, uint64_t e, uint64_t step) { return std::cos(0.01f * e + t + 0.5f * step) * 0.1f; }
 
+// Reference: whole tensors stepped locally with the same CPU optimizer.
+std::vector<std::vector<float>> LocalReference(int steps) {
+  auto opt = CpuOptimizer::Create({});
+  OptimizerHyperparams hp;
+  hp.kind = OptimizerKind::kAdamW;
+  hp.lr = 0.01;
+  hp.weight_decay = 0.1;
+  std::vector<std::vector<float>> params;
+  std::vector<TensorDesc> model = Model();
+  for (uint32_t t = 0; t < model.size(); ++t) {
+    const uint64_t n = model[t].numel;
+    std::vector<float> p(n), m(n, 0), v(n, 0), g(n);
+    for (uint64_t e = 0; e < n; ++e) p[e] = InitialParam(t, e);
+    for (int step = 0; step < steps; ++step) {
+      for (uint64_t e = 0; e < n; ++e) g[e] = Grad(t, e, step);
+      StepSpans spans;
+      spans.size = n;
+      spans.params = p.data();
+      spans.exp_avg = m.data();
+      spans.exp_avg_sq = v.data();
+      spans.grad = g.data();
+      EXPECT_TRUE((*opt)->Step(hp, step + 1, spans).ok());
+    }
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
 struct Rank {
   std::unique_ptr<RankSession> session;
 };
@@ -83,28 +111,11 @@ void RunOffloadJob(StrataClient& client, const std::string& name, int steps) {
       EXPECT_EQ(result->optimizer_steps, static_cast<uint64_t>(step + 1));
     }
   }
-  // Local reference over whole tensors.
-  auto opt = CpuOptimizer::Create({});
-  ASSERT_TRUE(opt.ok());
-  OptimizerHyperparams hp;
-  hp.kind = OptimizerKind::kAdamW;
-  hp.lr = 0.01;
-  hp.weight_decay = 0.1;
+  const std::vector<std::vector<float>> expected = LocalReference(steps);
   std::vector<TensorDesc> model = Model();
   for (uint32_t t = 0; t < model.size(); ++t) {
     const uint64_t n = model[t].numel;
-    std::vector<float> p(n), m(n, 0), v(n, 0), g(n);
-    for (uint64_t e = 0; e < n; ++e) p[e] = InitialParam(t, e);
-    for (int step = 0; step < steps; ++step) {
-      for (uint64_t e = 0; e < n; ++e) g[e] = Grad(t, e, step);
-      StepSpans spans;
-      spans.size = n;
-      spans.params = p.data();
-      spans.exp_avg = m.data();
-      spans.exp_avg_sq = v.data();
-      spans.grad = g.data();
-      ASSERT_TRUE((*opt)->Step(hp, step + 1, spans).ok());
-    }
+    const std::vector<float>& p = expected[t];
     uint64_t checked = 0;
     for (uint32_t r = 0; r < 2; ++r) {
       for (const ShardView& shard : ranks[r].session->shards()) {
@@ -121,34 +132,6 @@ void RunOffloadJob(StrataClient& client, const std::string& name, int steps) {
     }
     EXPECT_EQ(checked, n);
   }
-}
-
-// Reference: whole tensors stepped locally with the same CPU optimizer.
-std::vector<std::vector<float>> LocalReference(int steps) {
-  auto opt = CpuOptimizer::Create({});
-  OptimizerHyperparams hp;
-  hp.kind = OptimizerKind::kAdamW;
-  hp.lr = 0.01;
-  hp.weight_decay = 0.1;
-  std::vector<std::vector<float>> params;
-  std::vector<TensorDesc> model = Model();
-  for (uint32_t t = 0; t < model.size(); ++t) {
-    const uint64_t n = model[t].numel;
-    std::vector<float> p(n), m(n, 0), v(n, 0), g(n);
-    for (uint64_t e = 0; e < n; ++e) p[e] = InitialParam(t, e);
-    for (int step = 0; step < steps; ++step) {
-      for (uint64_t e = 0; e < n; ++e) g[e] = Grad(t, e, step);
-      StepSpans spans;
-      spans.size = n;
-      spans.params = p.data();
-      spans.exp_avg = m.data();
-      spans.exp_avg_sq = v.data();
-      spans.grad = g.data();
-      EXPECT_TRUE((*opt)->Step(hp, step + 1, spans).ok());
-    }
-    params.push_back(std::move(p));
-  }
-  return params;
 }
 
 // ZeRO-Infinity: params and optimizer states on NVMe, a pinned budget smaller

@@ -1,0 +1,59 @@
+#include "daemon/job_record.h"
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
+
+namespace strata {
+
+std::string SerializeJobRecord(const JobRecord& record, const std::string& format) {
+  nlohmann::json r;
+  if (!format.empty()) r["format"] = format;
+  std::string settings_json;
+  (void)google::protobuf::util::MessageToJsonString(record.settings, &settings_json);
+  r["settings"] = nlohmann::json::parse(settings_json);
+  r["tensors"] = nlohmann::json::array();
+  for (const TensorSpec& t : record.tensors) r["tensors"].push_back({{"name", t.name}, {"numel", t.numel}});
+  r["next_step"] = record.next_step;
+  r["optimizer_steps"] = record.optimizer_steps;
+  const LossScalerState& ls = record.loss_scaler;
+  r["loss_scaler"] = {{"scale", ls.scale},
+                      {"hysteresis_left", ls.hysteresis_left},
+                      {"iteration", ls.iteration},
+                      {"last_overflow_iteration", ls.last_overflow_iteration},
+                      {"any_overflow", ls.any_overflow}};
+  return r.dump(2);
+}
+
+absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::string& what,
+                                         const std::string& format) {
+  nlohmann::json r = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (r.is_discarded() || !r.is_object()) return absl::DataLossError(absl::StrCat(what, " is not valid JSON"));
+  if (!format.empty() && r.value("format", "") != format) {
+    return absl::DataLossError(absl::StrCat(what, " is not a ", format, " record"));
+  }
+  // nlohmann reports missing or mistyped fields by exception; it stays here.
+  try {
+    JobRecord record;
+    if (!google::protobuf::util::JsonStringToMessage(r.at("settings").dump(), &record.settings).ok()) {
+      return absl::DataLossError(absl::StrCat(what, " has unreadable job settings"));
+    }
+    for (const auto& t : r.at("tensors")) {
+      record.tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(record.tensors.size())),
+                                          t.at("name").get<std::string>(), t.at("numel").get<uint64_t>()});
+    }
+    record.next_step = r.at("next_step").get<uint64_t>();
+    record.optimizer_steps = r.at("optimizer_steps").get<uint64_t>();
+    const auto& ls = r.at("loss_scaler");
+    record.loss_scaler.scale = ls.at("scale").get<double>();
+    record.loss_scaler.hysteresis_left = ls.at("hysteresis_left").get<uint32_t>();
+    record.loss_scaler.iteration = ls.at("iteration").get<uint64_t>();
+    record.loss_scaler.last_overflow_iteration = ls.at("last_overflow_iteration").get<uint64_t>();
+    record.loss_scaler.any_overflow = ls.at("any_overflow").get<bool>();
+    return record;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(what, " is malformed: ", e.what()));
+  }
+}
+
+}  // namespace strata
