@@ -18,17 +18,14 @@ absl::StatusOr<std::unique_ptr<NvmeShardStateStore>> NvmeShardStateStore::Create
   }
   const uint64_t tile_elements = std::max<uint64_t>(tile_bytes / 4 / 1024 * 1024, 1024);
   const uint64_t streams = 1 + layout.exp_avg + layout.exp_avg_sq + layout.max_exp_avg_sq;
-  PinnedArenaOptions options;
-  options.name = absl::StrCat("strata-staging-job", job_id);
-  options.size_bytes = 3 * streams * tile_elements * 4;
-  auto staging = PinnedArena::Create(options);
+  auto staging = AlignedBuffer::Allocate(3 * streams * tile_elements * 4, store->alignment());
   if (!staging.ok()) return staging.status();
   return std::unique_ptr<NvmeShardStateStore>(new NvmeShardStateStore(
       job_id, layout, store, store_mu, tile_elements, std::move(*staging)));
 }
 
 NvmeShardStateStore::NvmeShardStateStore(uint64_t job_id, const StateLayout& layout, ExtentStore* store,
-                                         absl::Mutex* store_mu, uint64_t tile_elements, PinnedArena staging)
+                                         absl::Mutex* store_mu, uint64_t tile_elements, AlignedBuffer staging)
     : job_id_(job_id),
       layout_(layout),
       store_(store),
