@@ -33,32 +33,16 @@ void AdagradTyped(const StepScalars& s, const StepSpans& spans, size_t begin, si
     p = hn::Add(p, hn::Mul(hn::Set(d, s.neg_step_size), hn::Div(g, std_dev)));
     hn::StoreU(sum, d, sum_sq + i);
     hn::StoreU(p, d, params + i);
-    if constexpr (kHasOut) {
-      if constexpr (decltype(stream_out)::value) {
-        StreamFromF32<kOut>(d, p, spans.param_out, i);
-      } else {
-        StoreFromF32<kOut>(d, p, spans.param_out, i);
-      }
-    }
+    if constexpr (kHasOut) StoreParamOut<kOut>(d, p, spans.param_out, i, stream_out);
   };
-  if constexpr (kHasOut) {
-    ForEachLaneAlignedOut(begin, end, spans.param_out, element);
-  } else {
-    ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR { element(d, i, std::false_type()); });
-  }
+  ForEachStepLane<kHasOut>(begin, end, spans.param_out, element);
 }
 
 }  // namespace
 
 void AdagradRangeT(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
-  WithDType(spans.grad_dtype, [&](auto grad) {
-    if (!spans.param_out_dtype.has_value()) {
-      AdagradTyped<decltype(grad)::value, false, DType::kFp32>(s, spans, begin, end);
-    } else if (*spans.param_out_dtype == DType::kFp16) {
-      AdagradTyped<decltype(grad)::value, true, DType::kFp16>(s, spans, begin, end);
-    } else {
-      AdagradTyped<decltype(grad)::value, true, DType::kBf16>(s, spans, begin, end);
-    }
+  WithStepDTypes(spans.grad_dtype, spans.param_out_dtype, [&](auto grad, auto has_out, auto out) {
+    AdagradTyped<decltype(grad)::value, decltype(has_out)::value, decltype(out)::value>(s, spans, begin, end);
   });
 }
 

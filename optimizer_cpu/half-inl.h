@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
 #include "core/dtype.h"
@@ -237,6 +238,44 @@ HWY_INLINE void WithDType(DType dtype, const Fn& fn) {
       fn(std::integral_constant<DType, DType::kBf16>());
       break;
   }
+}
+
+// Writes the 16-bit copy of updated params: non-temporal when
+// ForEachLaneAlignedOut found the output aligned (`stream`), else plain.
+template <DType kOut, class DF, class Stream>
+HWY_INLINE void StoreParamOut(DF df, hn::Vec<DF> p, void* out, size_t i, Stream /*stream*/) {
+  if constexpr (Stream::value) {
+    StreamFromF32<kOut>(df, p, out, i);
+  } else {
+    StoreFromF32<kOut>(df, p, out, i);
+  }
+}
+
+// Runs an optimizer's per-element body element(d, i, stream) over
+// [begin, end): through ForEachLaneAlignedOut when a 16-bit copy is written,
+// else ForEachLane (stream is then always false).
+template <bool kHasOut, class Element>
+HWY_INLINE void ForEachStepLane(size_t begin, size_t end, const void* param_out, const Element& element) {
+  if constexpr (kHasOut) {
+    ForEachLaneAlignedOut(begin, end, param_out, element);
+  } else {
+    ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR { element(d, i, std::false_type()); });
+  }
+}
+
+// Calls kernel(grad, has_out, out) with compile-time constants for a step's
+// gradient dtype and optional 16-bit param dtype.
+template <class Kernel>
+HWY_INLINE void WithStepDTypes(DType grad_dtype, std::optional<DType> out_dtype, const Kernel& kernel) {
+  WithDType(grad_dtype, [&](auto grad) {
+    if (!out_dtype.has_value()) {
+      kernel(grad, std::false_type(), std::integral_constant<DType, DType::kFp32>());
+    } else if (*out_dtype == DType::kFp16) {
+      kernel(grad, std::true_type(), std::integral_constant<DType, DType::kFp16>());
+    } else {
+      kernel(grad, std::true_type(), std::integral_constant<DType, DType::kBf16>());
+    }
+  });
 }
 
 }  // namespace HWY_NAMESPACE
