@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,20 @@ absl::StatusOr<std::string> ThisBinaryDir() {
   absl::StatusOr<std::string> exe = ThisBinary();
   if (!exe.ok()) return exe.status();
   return std::filesystem::path(*exe).parent_path().string();
+}
+
+absl::Status WithDaemonLogTail(absl::Status status, const BenchDaemon* daemon) {
+  if (status.ok() || daemon == nullptr) return status;
+  return absl::Status(status.code(), absl::StrCat(status.message(), "\nthe daemon's log ", daemon->log_path(),
+                                                  " ends:", TailOfFile(daemon->log_path(), 20)));
+}
+
+absl::Status WriteBenchJson(const std::string& path, const std::string& json_text) {
+  std::ofstream out(path);
+  out << json_text << "\n";
+  if (!out) return absl::UnavailableError(absl::StrCat("writing ", path, " failed"));
+  std::printf("\nwrote %s\n", path.c_str());
+  return absl::OkStatus();
 }
 
 std::string TailOfFile(const std::string& path, int lines) {

@@ -92,6 +92,13 @@ absl::StatusOr<std::string> ThisBinary();
 // The last `lines` lines of a text file ("" when unreadable).
 std::string TailOfFile(const std::string& path, int lines);
 
+// A failed bench run's status with the end of its private daemon's log
+// appended (unchanged when `status` is OK or there is no private daemon).
+absl::Status WithDaemonLogTail(absl::Status status, const BenchDaemon* daemon);
+
+// Writes a bench's --json output and says so on stdout.
+absl::Status WriteBenchJson(const std::string& path, const std::string& json_text);
+
 }  // namespace strata
 
 #endif  // STRATA_BENCH_DAEMON_LAUNCHER_H_

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -350,19 +349,10 @@ absl::Status OffloadBench::WriteJson() const {
   }
   // One mode: the object itself; several: {"results": [...]}.
   nlohmann::json j = items.size() == 1 ? items[0] : nlohmann::json{{"results", items}};
-  std::ofstream out(f_.json_path);
-  out << j.dump(2) << "\n";
-  if (!out) return absl::UnavailableError(absl::StrCat("writing ", f_.json_path, " failed"));
-  std::printf("\nwrote %s\n", f_.json_path.c_str());
-  return absl::OkStatus();
+  return WriteBenchJson(f_.json_path, j.dump(2));
 }
 
-absl::Status OffloadBench::Run() {
-  absl::Status s = RunMeasurements();
-  if (s.ok() || daemon_ == nullptr) return s;
-  return absl::Status(s.code(), absl::StrCat(s.message(), "\nthe daemon's log ", daemon_->log_path(), " ends:",
-                                             TailOfFile(daemon_->log_path(), 20)));
-}
+absl::Status OffloadBench::Run() { return WithDaemonLogTail(RunMeasurements(), daemon_.get()); }
 
 absl::Status OffloadBench::RunMeasurements() {
   load_start_ = LoadAverageText();

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -336,19 +335,10 @@ absl::Status RpcBench::WriteJson() const {
                  {"private_daemon", daemon_ != nullptr},
                  {"load_average_start", load_start_},
                  {"load_average_end", load_end_}};
-  std::ofstream out(f_.json_path);
-  out << j.dump(2) << "\n";
-  if (!out) return absl::UnavailableError(absl::StrCat("writing ", f_.json_path, " failed"));
-  std::printf("\nwrote %s\n", f_.json_path.c_str());
-  return absl::OkStatus();
+  return WriteBenchJson(f_.json_path, j.dump(2));
 }
 
-absl::Status RpcBench::Run() {
-  absl::Status s = RunMeasurements();
-  if (s.ok() || daemon_ == nullptr) return s;
-  return absl::Status(s.code(), absl::StrCat(s.message(), "\nthe daemon's log ", daemon_->log_path(), " ends:",
-                                             TailOfFile(daemon_->log_path(), 20)));
-}
+absl::Status RpcBench::Run() { return WithDaemonLogTail(RunMeasurements(), daemon_.get()); }
 
 absl::Status RpcBench::RunMeasurements() {
   load_start_ = LoadAverageText();

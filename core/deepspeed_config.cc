@@ -68,19 +68,11 @@ class ObjectReader {
 
   absl::Status Number(absl::string_view key, double* out, double min, double max,
                       absl::string_view accepted, bool* was_auto = nullptr) {
-    const Json* v = Find(key);
-    if (v == nullptr) return absl::OkStatus();
-    if (IsAuto(*v) && was_auto != nullptr) {
-      *was_auto = true;
-      return absl::OkStatus();
-    }
+    const Json* v = nullptr;
     double value = 0;
-    if (v->is_number()) {
-      value = v->get<double>();
-    } else if (!(v->is_string() && absl::SimpleAtod(v->get<std::string>(), &value))) {
-      return Invalid(key, *v, accepted);
-    }
-    if (!std::isfinite(value) || value < min || value > max) return Invalid(key, *v, accepted);
+    STRATA_RETURN_IF_ERROR(ReadNumber(key, accepted, was_auto, &v, &value));
+    if (v == nullptr) return absl::OkStatus();
+    if (value < min || value > max) return Invalid(key, *v, accepted);
     *out = value;
     return absl::OkStatus();
   }
@@ -91,20 +83,12 @@ class ObjectReader {
     std::string accepted =
         min == 0 ? "a non-negative whole number" : absl::StrCat("a whole number >= ", min);
     if (max < UINT64_MAX / 2) absl::StrAppend(&accepted, " and <= ", max);
-    const Json* v = Find(key);
-    if (v == nullptr) return absl::OkStatus();
-    if (IsAuto(*v) && was_auto != nullptr) {
-      *was_auto = true;
-      return absl::OkStatus();
-    }
+    const Json* v = nullptr;
     double value = 0;
-    if (v->is_number()) {
-      value = v->get<double>();
-    } else if (!(v->is_string() && absl::SimpleAtod(v->get<std::string>(), &value))) {
-      return Invalid(key, *v, accepted);
-    }
-    if (!std::isfinite(value) || value < static_cast<double>(min) ||
-        value > static_cast<double>(max) || value != std::floor(value)) {
+    STRATA_RETURN_IF_ERROR(ReadNumber(key, accepted, was_auto, &v, &value));
+    if (v == nullptr) return absl::OkStatus();
+    if (value < static_cast<double>(min) || value > static_cast<double>(max) ||
+        value != std::floor(value)) {
       return Invalid(key, *v, accepted);
     }
     *out = static_cast<T>(value);
@@ -122,6 +106,27 @@ class ObjectReader {
   absl::Status Invalid(absl::string_view key, const Json& value, absl::string_view accepted) {
     return absl::InvalidArgumentError(absl::StrCat(PathOf(key), ": ", value.dump(),
                                                    " is not valid; expected ", accepted));
+  }
+
+  // Reads `key` as a finite number, written as a JSON number or a numeric
+  // string ("5e8"). Sets *found to the value's node, or leaves it null when
+  // the key is absent or "auto" (then *was_auto, when given, is set).
+  absl::Status ReadNumber(absl::string_view key, absl::string_view accepted, bool* was_auto,
+                          const Json** found, double* value) {
+    const Json* v = Find(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (IsAuto(*v) && was_auto != nullptr) {
+      *was_auto = true;
+      return absl::OkStatus();
+    }
+    if (v->is_number()) {
+      *value = v->get<double>();
+    } else if (!(v->is_string() && absl::SimpleAtod(v->get<std::string>(), value))) {
+      return Invalid(key, *v, accepted);
+    }
+    if (!std::isfinite(*value)) return Invalid(key, *v, accepted);
+    *found = v;
+    return absl::OkStatus();
   }
 
   void WarnUnknown() {
