@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/strata_client.h"
 #include "core/command_line.h"
-#include "daemon/cli_commands.h"
+#include "cli/cli_commands.h"
 
 namespace strata {
 namespace {

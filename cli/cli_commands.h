@@ -2,8 +2,8 @@
 // (argv[0] is the subcommand) and returns the process exit status:
 // 0 success, 1 a runtime failure, 2 bad usage (one line on stderr naming the
 // flag and what is accepted).
-#ifndef STRATA_DAEMON_CLI_COMMANDS_H_
-#define STRATA_DAEMON_CLI_COMMANDS_H_
+#ifndef STRATA_CLI_CLI_COMMANDS_H_
+#define STRATA_CLI_CLI_COMMANDS_H_
 
 namespace strata {
 
@@ -15,4 +15,4 @@ int RunDrainCommand(int argc, char** argv);
 
 }  // namespace strata
 
-#endif  // STRATA_DAEMON_CLI_COMMANDS_H_
+#endif  // STRATA_CLI_CLI_COMMANDS_H_

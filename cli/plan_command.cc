@@ -10,7 +10,7 @@
 #include "core/byte_size.h"
 #include "core/command_line.h"
 #include "core/deepspeed_config.h"
-#include "daemon/cli_commands.h"
+#include "cli/cli_commands.h"
 #include "nlohmann/json.hpp"
 #include "plan/memory_planner.h"
 

@@ -1,0 +1,59 @@
+// `strata-bench`: every benchmark behind one binary; `strata bench <name>`
+// runs it. Kept out of the shipped `strata` and `stratad` binaries.
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "bench/adam_bench.h"
+#include "bench/io_bench.h"
+#include "bench/offload_bench.h"
+#include "bench/prefetch_bench.h"
+#include "bench/rpc_bench.h"
+
+namespace {
+
+struct NamedBench {
+  const char* name;
+  int (*run)(int, char**);
+  const char* help;
+};
+
+const std::vector<NamedBench>& Benches() {
+  static const std::vector<NamedBench> benches = {
+      {"adam", strata::RunAdamBench,
+       "CPU optimizer step vs memory bandwidth and torch AdamW (strata bench adam --help)"},
+      {"io", strata::RunIoBench, "NVMe engines vs fio, ExtentStore swap path, --tune (strata bench io --help)"},
+      {"prefetch", strata::RunPrefetchBench,
+       "trace replay: LRU vs predictor vs Belady MIN, --real (strata bench prefetch --help)"},
+      {"rpc", strata::RunRpcBench,
+       "stratad call latency, concurrent clients, gradient hand-off vs memcpy (strata bench rpc --help)"},
+      {"offload", strata::RunOffloadBench,
+       "daemon optimizer step vs optimizer and NVMe alone: overlap (strata bench offload --help)"},
+  };
+  return benches;
+}
+
+void PrintUsage(FILE* out) {
+  std::fprintf(out, "usage: strata bench <name> [flags]\n\nbenchmarks:\n");
+  for (const NamedBench& b : Benches()) std::fprintf(out, "  %-9s %s\n", b.name, b.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "strata bench: name a benchmark; run 'strata bench help' for the list\n");
+    return 2;
+  }
+  if (std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0 ||
+      std::strcmp(argv[1], "-h") == 0) {
+    PrintUsage(stdout);
+    return 0;
+  }
+  for (const NamedBench& b : Benches()) {
+    if (std::strcmp(argv[1], b.name) == 0) return b.run(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "strata bench: unknown benchmark '%s'; run 'strata bench help' for the list\n",
+               argv[1]);
+  return 2;
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the project's Python virtual environment: Debian's
+# /usr/bin/python3 (3.11) + the peers the tests and benchmarks run in the same
+# process as ours: torch (current PyPI build), DeepSpeed, pytest, Hugging Face
+# transformers (its Trainer), matplotlib. Never touches the system Python.
+#
+#   bash scripts/venv.sh            # creates .venv (or $STRATA_VENV), prints its path
+#   source "$(bash scripts/venv.sh)/bin/activate"
+#
+# Versions are pinned so test tolerances and the bench's peers are the ones
+# measured; bump them together with the figures in docs/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${STRATA_VENV:-$PWD/.venv}"
+STAMP="$VENV/.strata-venv-3"
+if [ ! -f "$STAMP" ]; then
+  if [ ! -x "$VENV/bin/python" ]; then
+    /usr/bin/python3 -m venv "$VENV" >&2
+  fi
+  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+  "$VENV/bin/python" -m pip install -q \
+    "torch==2.15.0" "deepspeed==0.19.8" "pytest>=8" "numpy" "transformers" \
+    "matplotlib" "ninja" "pybind11" >&2
+  touch "$STAMP"
+fi
+echo "$VENV"
