@@ -9,6 +9,7 @@
 #include "bench/offload_bench.h"
 #include "bench/prefetch_bench.h"
 #include "bench/rpc_bench.h"
+#include "bench/tiers_bench.h"
 
 namespace {
 
@@ -29,6 +30,8 @@ const std::vector<NamedBench>& Benches() {
        "stratad call latency, concurrent clients, gradient hand-off vs memcpy (strata bench rpc --help)"},
       {"offload", strata::RunOffloadBench,
        "daemon optimizer step vs optimizer and NVMe alone: overlap (strata bench offload --help)"},
+      {"tiers", strata::RunTiersBench,
+       "pinned <-> device <-> NVMe bandwidth vs cudaMemcpy and the raw engine (strata bench tiers --help)"},
   };
   return benches;
 }
