@@ -175,6 +175,21 @@ std::vector<PredictedAccess> LearnedPredictor::Upcoming(size_t max_count) const 
   return out;
 }
 
+std::vector<ShardKey> LearnedPredictor::Sequence(size_t max_len) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ShardKey> out;
+  if (!trace_.has_trace() || lost_ || max_len == 0) return out;
+  trace_.Walk([&out, max_len](const ShardKey& key, size_t) {
+    out.push_back(key);
+    return out.size() < max_len;
+  });
+  // Walk visits one iteration from the position (wrapping); the iterations
+  // after it repeat that.
+  const size_t period = out.size();
+  for (size_t i = period; i < max_len && period > 0; ++i) out.push_back(out[i - period]);
+  return out;
+}
+
 LearnedPredictorStats LearnedPredictor::stats() const {
   absl::MutexLock lock(&mu_);
   LearnedPredictorStats s = stats_;

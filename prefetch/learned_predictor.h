@@ -63,6 +63,9 @@ class LearnedPredictor final : public AccessPredictor {
   double NextUse(const ShardKey& key) const override { return NextUseFrom(key, 0); }
   double NextUseFrom(const ShardKey& key, double distance) const override;
   std::vector<PredictedAccess> Upcoming(size_t max_count) const override;
+  // The rest of the learned iteration, then the learned iteration again;
+  // empty before one is learned and while lost.
+  std::vector<ShardKey> Sequence(size_t max_len) const override;
 
   LearnedPredictorStats stats() const;
   // The learned trace (a copy), for tests and the CLI.

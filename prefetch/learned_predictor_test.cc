@@ -23,6 +23,19 @@ void Feed(LearnedPredictor& p, const std::vector<ShardKey>& seq, bool mark) {
   if (mark) p.MarkIterationBoundary();
 }
 
+// The predicted sequence (repeats included) the scheduler replays MIN on:
+// the rest of the learned iteration, then that iteration again.
+TEST(LearnedPredictorTest, SequenceIsTheRestOfTheIterationThenItsRepeats) {
+  LearnedPredictor p;
+  EXPECT_TRUE(p.Sequence(5).empty());  // nothing learned yet
+  Feed(p, Iteration(3), true);         // 0 1 2 2 1 0
+  p.OnAccess(K(0));
+  p.OnAccess(K(1));
+  const std::vector<ShardKey> expected = {K(2), K(2), K(1), K(0), K(0), K(1), K(2), K(2), K(1)};
+  EXPECT_EQ(p.Sequence(9), expected);
+  EXPECT_EQ(p.Sequence(2), std::vector<ShardKey>({K(2), K(2)}));
+}
+
 TEST(LearnedPredictorTest, LearnsAnIterationAndPredictsTheNext) {
   LearnedPredictor p;
   EXPECT_TRUE(p.Upcoming(4).empty());
