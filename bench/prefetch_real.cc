@@ -96,6 +96,7 @@ absl::StatusOr<RealResult> RunOne(const GeneratedTrace& trace, SimPolicy policy,
                                                .lookahead_bytes = config.lookahead_count * shard,
                                                .max_in_flight = config.max_in_flight,
                                                .urgent_distance = config.urgent_distance,
+                                               .adaptive_urgency = config.adaptive_urgency,
                                                .write_backs_per_pump = config.write_backs_per_pump});
   }
   const double compute = options.compute_us * 1e-6;

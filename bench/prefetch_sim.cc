@@ -120,6 +120,7 @@ absl::StatusOr<SimResult> RunSimulation(const GeneratedTrace& trace, SimPolicy p
                               static_cast<double>(config.lookahead_bytes) / scale),
                           .max_in_flight = config.max_in_flight,
                           .urgent_distance = config.urgent_distance,
+                          .adaptive_urgency = config.adaptive_urgency,
                           .write_backs_per_pump = config.write_backs_per_pump});
   }
 

@@ -42,6 +42,7 @@ struct SimConfig {
   uint64_t lookahead_bytes = 8 * (64ull << 20);
   size_t max_in_flight = 8;
   size_t urgent_distance = 2;  // see PrefetchSchedulerOptions
+  bool adaptive_urgency = true;  // see PrefetchSchedulerOptions
   size_t write_backs_per_pump = 1;
   // Whether the client marks iteration boundaries (else they are detected
   // after the first iteration, which is always marked).

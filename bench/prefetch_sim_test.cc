@@ -73,5 +73,34 @@ TEST(PrefetchSimTest, PrefetchingHidesStallThatDemandPagingPays) {
   EXPECT_GT(pred->hit_rate(), lru->hit_rate());
 }
 
+// Adaptive urgency spends urgency only where a MIN replay shows it free, so
+// the oracle-driven store fetches exactly as often as offline MIN, where the
+// fixed rule (urgent whatever it costs) fetches at least as often, and the
+// learned predictor is within 1% of MIN once its learning iteration is past.
+TEST(PrefetchSimTest, AdaptiveUrgencyFetchesNoMoreThanMin) {
+  for (const char* name : {"transformer", "checkpointed"}) {
+    auto t = GenerateTrace(name, {.layers = 8, .iterations = 6});
+    ASSERT_TRUE(t.ok());
+    for (double cap : {0.25, 0.5, 0.75}) {
+      SCOPED_TRACE(testing::Message() << name << " at " << cap);
+      SimConfig config;
+      config.capacity_fraction = cap;
+      const MinResult min = ComputeBeladyMin(*t, CapacityShards(*t, cap));
+      auto oracle = RunSimulation(*t, SimPolicy::kBelady, config);
+      ASSERT_TRUE(oracle.ok());
+      EXPECT_EQ(oracle->fetches, min.fetches);
+      auto pred = RunSimulation(*t, SimPolicy::kPredictor, config);
+      ASSERT_TRUE(pred.ok());
+      // From iteration 2 on (the learning iteration's cache is gone by
+      // then) within 1% of MIN's hit rate.
+      EXPECT_GE(pred->hit_rate_from(*t, 2), 0.99 * HitRateFrom(*t, min.fetches_per_iteration, 2));
+      config.adaptive_urgency = false;
+      auto fixed = RunSimulation(*t, SimPolicy::kBelady, config);
+      ASSERT_TRUE(fixed.ok());
+      EXPECT_GE(fixed->fetches, oracle->fetches);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata

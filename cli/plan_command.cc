@@ -55,18 +55,20 @@ void PrintTable(const Plan& plan, const ClusterSpec& cluster, const ModelSpec& m
                 Gb(plan.activation_bytes_no_ckpt).c_str(), Gb(plan.activation_bytes_ckpt).c_str(),
                 model.activation_checkpointing ? "with" : "without");
   }
-  std::printf("GPU figures include %s reserved for the CUDA context and allocator\n\n",
+  std::printf("GPU figures include %s reserved for the CUDA context and allocator; states/gpu are the\n"
+              "ZeRO paper's model states, buffers/gpu what DeepSpeed's runtime adds (docs/PLANNER.md)\n\n",
               Gb(cluster.gpu_reserve_bytes).c_str());
-  std::printf("%-24s %12s %12s %12s %-10s %12s %12s\n", "strategy", "GPU/gpu", "CPU/node",
-              "NVMe/node", "fits", "PCIe/step", "NVMe/step");
+  std::printf("%-24s %12s %12s %12s %-10s %12s %12s %12s %12s\n", "strategy", "GPU/gpu", "CPU/node",
+              "NVMe/node", "fits", "PCIe/step", "NVMe/step", "states/gpu", "buffers/gpu");
   for (const StrategyEstimate& e : plan.strategies) {
     std::string fits = e.fits ? "yes" : absl::StrCat("no (", TierName(e.overflow), ")");
     std::string name = StrategyName(e.strategy);
     if (config_strategy.has_value() && *config_strategy == e.strategy) name += " *";
-    std::printf("%-24s %12s %12s %12s %-10s %12s %12s\n", name.c_str(), Gb(e.gpu_bytes).c_str(),
+    std::printf("%-24s %12s %12s %12s %-10s %12s %12s %12s %12s\n", name.c_str(), Gb(e.gpu_bytes).c_str(),
                 Gb(e.cpu_bytes).c_str(), Gb(e.nvme_bytes).c_str(), fits.c_str(),
                 Gb(e.pcie_bytes_per_step).c_str(),
-                Gb(e.nvme_read_bytes_per_step + e.nvme_write_bytes_per_step).c_str());
+                Gb(e.nvme_read_bytes_per_step + e.nvme_write_bytes_per_step).c_str(),
+                Gb(e.gpu_model_states).c_str(), Gb(e.gpu_buffers.Total()).c_str());
   }
   std::printf("\nrecommended: %s\n%s\n",
               plan.recommended.has_value() ? StrategyName(*plan.recommended) : "none",
@@ -78,7 +80,7 @@ void PrintTable(const Plan& plan, const ClusterSpec& cluster, const ModelSpec& m
   }
 }
 
-void PrintJson(const Plan& plan, std::optional<Strategy> config_strategy) {
+void PrintJson(const Plan& plan, uint64_t tensor_parallel, std::optional<Strategy> config_strategy) {
   nlohmann::json out;
   out["strategies"] = nlohmann::json::array();
   for (const StrategyEstimate& e : plan.strategies) {
@@ -87,6 +89,14 @@ void PrintJson(const Plan& plan, std::optional<Strategy> config_strategy) {
         {"fits", e.fits},
         {"gpu_bytes", e.gpu_bytes},
         {"gpu_model_state_bytes", e.gpu_model_states},
+        {"gpu_buffer_bytes", e.gpu_buffers.Total()},
+        {"gpu_buffers",
+         {{"reduce_buckets", e.gpu_buffers.reduce_buckets},
+          {"fp32_gradients", e.gpu_buffers.fp32_gradients},
+          {"gathered_params", e.gpu_buffers.gathered_params},
+          {"module_gradient", e.gpu_buffers.module_gradient},
+          {"persistent_params", e.gpu_buffers.persistent_params},
+          {"offload_staging", e.gpu_buffers.offload_staging}}},
         {"cpu_bytes", e.cpu_bytes},
         {"nvme_bytes", e.nvme_bytes},
         {"overflow", e.fits ? nlohmann::json(nullptr) : nlohmann::json(TierName(e.overflow))},
@@ -101,6 +111,8 @@ void PrintJson(const Plan& plan, std::optional<Strategy> config_strategy) {
   out["params"] = plan.params;
   out["largest_layer_params"] = plan.largest_layer_params;
   out["data_parallel"] = plan.data_parallel;
+  out["tensor_parallel"] = tensor_parallel;
+  out["persistent_params"] = plan.persistent_params;
   out["activation_bytes"] = plan.activation_bytes;
   if (config_strategy.has_value()) {
     out["deepspeed_config"] = {
@@ -124,9 +136,9 @@ int RunPlanCommand(int argc, char** argv) {
   cluster.cpu_bytes = 512'000'000'000ull;
   cluster.nvme_bytes = 0;
   TransformerShape shape;
-  bool params_seen = false, layers_seen = false, json = false;
+  bool params_seen = false, layers_seen = false, json = false, tp_seen = false;
   std::string deepspeed_config_path;
-  OffloadBuffers buffers;
+  ZeroBuffers buffers;
 
   CommandLine flags("strata plan");
   flags.AddParsed("params", CountFlag("params", &model.params, &params_seen),
@@ -151,10 +163,12 @@ int RunPlanCommand(int argc, char** argv) {
   flags.AddParsed("nvme", SizeFlag("nvme", &cluster.nvme_bytes), "NVMe space per node (default 0)");
   flags.AddParsed("gpu-reserve", SizeFlag("gpu-reserve", &cluster.gpu_reserve_bytes),
                   "per-GPU memory held back for CUDA context and allocator (default 1GiB)");
-  flags.AddParsed("tp", CountFlag("tp", &cluster.tensor_parallel), "tensor-parallel degree (default 1)");
+  flags.AddParsed("tp", CountFlag("tp", &cluster.tensor_parallel, &tp_seen),
+                  "tensor-parallel degree (default 1, or the config's tensor_parallel.autotp_size)");
   flags.AddParsed("pp", CountFlag("pp", &cluster.pipeline_parallel), "pipeline-parallel degree (default 1)");
   flags.AddString("deepspeed-config", &deepspeed_config_path,
-                  "evaluate this DeepSpeed JSON config (its stage, offload and buffer settings)");
+                  "evaluate this DeepSpeed JSON config (its stage, offload, bucket and prefetch "
+                  "sizes, tensor_parallel.autotp_size)");
   flags.AddBool("json", &json, "print JSON instead of a table");
   shape.vocab = 50257;
   shape.seq = 2048;
@@ -180,8 +194,11 @@ int RunPlanCommand(int argc, char** argv) {
       std::fprintf(stderr, "strata plan: warning: %s: %s\n", deepspeed_config_path.c_str(), w.c_str());
     }
     config_strategy = StrategyForConfig(*config);
-    buffers.param_buffer_count = config->zero.offload_param.buffer_count;
-    buffers.param_buffer_elements = config->zero.offload_param.buffer_size;
+    buffers = BuffersFromConfig(*config);
+    if (absl::Status s = ApplyConfigTensorParallel(*config, tp_seen, &cluster); !s.ok()) {
+      return UsageError(absl::InvalidArgumentError(
+          absl::StrCat("--deepspeed-config: ", s.message())));
+    }
     if (config->train_micro_batch_size_per_gpu.has_value()) {
       shape.micro_batch = *config->train_micro_batch_size_per_gpu;
     }
@@ -202,7 +219,7 @@ int RunPlanCommand(int argc, char** argv) {
   auto plan = MakePlan(model, cluster, buffers);
   if (!plan.ok()) return UsageError(plan.status());
   if (json) {
-    PrintJson(*plan, config_strategy);
+    PrintJson(*plan, cluster.tensor_parallel, config_strategy);
   } else {
     PrintTable(*plan, cluster, model, config_strategy);
   }

@@ -106,6 +106,7 @@ struct DeepSpeedConfig {
   double gradient_clipping = 0;              // 0 = off
   std::optional<uint64_t> train_micro_batch_size_per_gpu;  // absent or "auto"
   uint64_t gradient_accumulation_steps = 1;
+  uint32_t tensor_parallel_autotp_size = 0;  // tensor_parallel.autotp_size; 0 = unset
   // One line per unknown key: "unknown key 'zero_optimization.foo' ignored".
   std::vector<std::string> warnings;
 };

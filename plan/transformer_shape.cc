@@ -35,6 +35,15 @@ uint64_t TransformerLargestLayerParams(const TransformerShape& s) {
   return std::max<uint64_t>(s.vocab * h, 4 * h * h + 4 * h);
 }
 
+uint64_t TransformerPersistentParams(const TransformerShape& s, uint64_t threshold) {
+  const uint64_t h = s.hidden;
+  auto small = [threshold](uint64_t numel) { return numel <= threshold ? numel : 0; };
+  const uint64_t per_layer = small(3 * h * h) + small(3 * h) + small(h * h) + small(h) +
+                             small(4 * h * h) + small(4 * h) + small(4 * h * h) + small(h) +
+                             4 * small(h);
+  return s.layers * per_layer + small(s.vocab * h) + small(s.seq * h) + 2 * small(h);
+}
+
 uint64_t ActivationBytes(const TransformerShape& s, uint64_t tensor_parallel, bool checkpointing) {
   const double t = static_cast<double>(std::max<uint64_t>(tensor_parallel, 1));
   const double sbh = static_cast<double>(s.seq) * s.micro_batch * s.hidden;

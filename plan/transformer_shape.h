@@ -31,6 +31,14 @@ uint64_t TransformerParams(const TransformerShape& shape);
 // up-projection (4*h*h + 4*h), whichever is larger.
 uint64_t TransformerLargestLayerParams(const TransformerShape& shape);
 
+// Parameters DeepSpeed's ZeRO-3 keeps whole on every GPU instead of
+// partitioning: every tensor of at most `threshold` elements
+// (stage3_param_persistence_threshold; DeepSpeed tests numel <= threshold in
+// partition_parameters.py). Counted per tensor: per layer the qkv (3h), proj
+// (h), fc1 (4h) and fc2 (h) biases and two layer norms (2h each), the
+// weights (h*h and larger), the embeddings and the final norm (2 tensors of h).
+uint64_t TransformerPersistentParams(const TransformerShape& shape, uint64_t threshold);
+
 // Activation bytes one GPU holds at the peak of backward, fp16, following
 // Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 // Transformer Models"), tensor parallel without sequence parallelism:

@@ -39,6 +39,14 @@ class AccessPredictor {
   // The next distinct shards worth fetching, nearest first, at most
   // `max_count`. Shards predicted with low confidence are left out.
   virtual std::vector<PredictedAccess> Upcoming(size_t max_count) const = 0;
+  // The predicted access sequence from now, repeats included, at most
+  // `max_len` long; shorter (or empty) where the predictor cannot say. The
+  // scheduler replays MIN on it to tell whether an urgent eviction costs a
+  // fetch MIN would not make.
+  virtual std::vector<ShardKey> Sequence(size_t max_len) const {
+    (void)max_len;
+    return {};
+  }
 };
 
 }  // namespace strata

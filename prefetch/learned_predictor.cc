@@ -5,6 +5,14 @@
 #include "absl/container/flat_hash_set.h"
 
 namespace strata {
+namespace {
+
+ShardKey TensorOf(ShardKey key) {
+  key.kind = TensorKind::kParam16;
+  return key;
+}
+
+}  // namespace
 
 void LearnedPredictor::OnAccess(const ShardKey& key) {
   absl::MutexLock lock(&mu_);
@@ -19,6 +27,7 @@ void LearnedPredictor::OnAccess(const ShardKey& key) {
   const bool known = keys_.contains(key);
   KeyStats& ks = keys_[key];
   ks.seen_this_iteration = true;
+  tensors_this_iteration_.insert(TensorOf(key));
   ks.last_offset = tracer_.current().size();
   ks.offsets_current.push_back(static_cast<uint32_t>(tracer_.current().size()));
   tracer_.Record(key);
@@ -57,6 +66,7 @@ void LearnedPredictor::EndIterationLocked() {
     ++stats_.relearns;
   }
   lost_ = false;
+  tensors_this_iteration_.clear();
   const double w = options_.frequency_weight;
   for (auto& [key, ks] : keys_) {
     ks.frequency = (1 - w) * ks.frequency + w * (ks.seen_this_iteration ? 1.0 : 0.0);
@@ -86,6 +96,10 @@ bool LearnedPredictor::SkippedThisIterationLocked(const ShardKey& key) const {
   return first >= 0 && static_cast<size_t>(first) < tracer_.current().size();
 }
 
+bool LearnedPredictor::TensorUsedThisIterationLocked(const ShardKey& key) const {
+  return tensors_this_iteration_.contains(TensorOf(key));
+}
+
 double LearnedPredictor::NextUseFrom(const ShardKey& key, double from) const {
   absl::MutexLock lock(&mu_);
   auto it = keys_.find(key);
@@ -100,6 +114,14 @@ double LearnedPredictor::NextUseFrom(const ShardKey& key, double from) const {
   const double penalty = (1.0 / std::max(ConfidenceLocked(key), 0.02) - 1.0) * length;
   const double start = std::max(from, 0.0);
   double distance = trace_.NextUseFrom(key, static_cast<size_t>(start));
+  if (!ks.seen_this_iteration && TensorUsedThisIterationLocked(key)) {
+    // Its tensor was used this iteration: its own slot later in this
+    // iteration is certain (no presence penalty), where one is known.
+    if (distance != kNeverUsed && distance < rest_of_iteration) return distance;
+    for (uint32_t o : ks.offsets_last) {
+      if (o >= now + start && o - now < rest_of_iteration) return o - now;
+    }
+  }
   if (ks.seen_this_iteration) {
     // Used this iteration: the rest of this iteration follows its pattern
     // with certainty; only later iterations are uncertain.
@@ -152,7 +174,10 @@ std::vector<PredictedAccess> LearnedPredictor::Upcoming(size_t max_count) const 
     for (const auto& [key, distance] : ahead) {
       if (out.size() >= max_count) break;
       if (static_cast<double>(distance) < rest && SkippedThisIterationLocked(key)) continue;
-      if (ConfidenceLocked(key) >= options_.min_confidence && seen.insert(key).second) {
+      const bool certain_now =
+          static_cast<double>(distance) < rest && TensorUsedThisIterationLocked(key);
+      if ((certain_now || ConfidenceLocked(key) >= options_.min_confidence) &&
+          seen.insert(key).second) {
         out.push_back({key, static_cast<double>(distance)});
       }
     }
@@ -172,6 +197,21 @@ std::vector<PredictedAccess> LearnedPredictor::Upcoming(size_t max_count) const 
       at = next.front().first;
     }
   }
+  return out;
+}
+
+std::vector<ShardKey> LearnedPredictor::Sequence(size_t max_len) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ShardKey> out;
+  if (!trace_.has_trace() || lost_ || max_len == 0) return out;
+  trace_.Walk([&out, max_len](const ShardKey& key, size_t) {
+    out.push_back(key);
+    return out.size() < max_len;
+  });
+  // Walk visits one iteration from the position (wrapping); the iterations
+  // after it repeat that.
+  const size_t period = out.size();
+  for (size_t i = period; i < max_len && period > 0; ++i) out.push_back(out[i - period]);
   return out;
 }
 

@@ -22,6 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "prefetch/access_predictor.h"
 #include "prefetch/access_tracer.h"
@@ -63,6 +64,9 @@ class LearnedPredictor final : public AccessPredictor {
   double NextUse(const ShardKey& key) const override { return NextUseFrom(key, 0); }
   double NextUseFrom(const ShardKey& key, double distance) const override;
   std::vector<PredictedAccess> Upcoming(size_t max_count) const override;
+  // The rest of the learned iteration, then the learned iteration again;
+  // empty before one is learned and while lost.
+  std::vector<ShardKey> Sequence(size_t max_len) const override;
 
   LearnedPredictorStats stats() const;
   // The learned trace (a copy), for tests and the CLI.
@@ -96,6 +100,12 @@ class LearnedPredictor final : public AccessPredictor {
   // True when `key`'s first slot in this iteration has passed without it:
   // its later slots this iteration (backward, step) will not come either.
   bool SkippedThisIterationLocked(const ShardKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when another shard of `key`'s tensor (same job, rank, tensor and
+  // index, another kind) was used this iteration: a tensor whose params were
+  // used in forward has its gradient and optimizer state used later in the
+  // same iteration (an expert that was routed to), so `key` is certain for
+  // the rest of this iteration even where its presence is a guess.
+  bool TensorUsedThisIterationLocked(const ShardKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const LearnedPredictorOptions options_;
   mutable absl::Mutex mu_;
@@ -103,6 +113,8 @@ class LearnedPredictor final : public AccessPredictor {
   TracePredictor trace_ ABSL_GUARDED_BY(mu_);
   MarkovPredictor markov_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ShardKey, KeyStats> keys_ ABSL_GUARDED_BY(mu_);
+  // The tensors (keys with kind kParam16) used this iteration.
+  absl::flat_hash_set<ShardKey> tensors_this_iteration_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardKey> last_key_ ABSL_GUARDED_BY(mu_);
   bool lost_ ABSL_GUARDED_BY(mu_) = false;
   LearnedPredictorStats stats_ ABSL_GUARDED_BY(mu_);

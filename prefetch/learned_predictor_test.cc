@@ -1,6 +1,7 @@
 #include "prefetch/learned_predictor.h"
 
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -21,6 +22,48 @@ std::vector<ShardKey> Iteration(uint32_t n, uint32_t base = 0) {
 void Feed(LearnedPredictor& p, const std::vector<ShardKey>& seq, bool mark) {
   for (const ShardKey& k : seq) p.OnAccess(k);
   if (mark) p.MarkIterationBoundary();
+}
+
+// The predicted sequence (repeats included) the scheduler replays MIN on:
+// the rest of the learned iteration, then that iteration again.
+TEST(LearnedPredictorTest, SequenceIsTheRestOfTheIterationThenItsRepeats) {
+  LearnedPredictor p;
+  EXPECT_TRUE(p.Sequence(5).empty());  // nothing learned yet
+  Feed(p, Iteration(3), true);         // 0 1 2 2 1 0
+  p.OnAccess(K(0));
+  p.OnAccess(K(1));
+  const std::vector<ShardKey> expected = {K(2), K(2), K(1), K(0), K(0), K(1), K(2), K(2), K(1)};
+  EXPECT_EQ(p.Sequence(9), expected);
+  EXPECT_EQ(p.Sequence(2), std::vector<ShardKey>({K(2), K(2)}));
+}
+
+// An expert (tensor 7, index 1) present in some iterations only: once its
+// params are used in an iteration, its gradient later in that iteration is
+// certain, so it is predicted at its slot, without the presence penalty,
+// and prefetched.
+TEST(LearnedPredictorTest, ATensorUsedThisIterationMakesItsOtherKindsCertain) {
+  const ShardKey a = K(1), b = K(2), c = K(3);
+  const ShardKey ep{JobId(1), Rank(0), TensorId(7), TensorKind::kParam16, 1};
+  const ShardKey eg{JobId(1), Rank(0), TensorId(7), TensorKind::kGrad, 1};
+  auto run = [&](bool route_expert) {
+    LearnedPredictor p;
+    Feed(p, {a, ep, b, eg, c}, true);
+    Feed(p, {a, b, c}, true);
+    Feed(p, {a, ep, b, eg, c}, true);
+    Feed(p, {a, b, c}, true);
+    Feed(p, {a, ep, b, eg, c}, true);
+    p.OnAccess(a);
+    if (route_expert) p.OnAccess(ep);
+    return std::make_pair(p.NextUse(eg), p.Upcoming(4));
+  };
+  auto [routed_next, routed_upcoming] = run(true);
+  EXPECT_EQ(routed_next, 1);  // b, then the expert's gradient
+  bool prefetched = false;
+  for (const PredictedAccess& u : routed_upcoming) prefetched |= u.key == eg;
+  EXPECT_TRUE(prefetched);
+  auto [unrouted_next, unrouted_upcoming] = run(false);
+  EXPECT_GT(unrouted_next, 3);  // its slot (2 ahead) plus the presence penalty
+  for (const PredictedAccess& u : unrouted_upcoming) EXPECT_NE(u.key, eg);
 }
 
 TEST(LearnedPredictorTest, LearnsAnIterationAndPredictsTheNext) {

@@ -34,4 +34,11 @@ std::vector<PredictedAccess> OracleAccessPredictor::Upcoming(size_t max_count) c
   return out;
 }
 
+std::vector<ShardKey> OracleAccessPredictor::Sequence(size_t max_len) const {
+  const size_t now = std::min(position(), sequence_.size());
+  const size_t end = now + std::min(max_len, sequence_.size() - now);
+  return std::vector<ShardKey>(sequence_.begin() + static_cast<ptrdiff_t>(now),
+                               sequence_.begin() + static_cast<ptrdiff_t>(end));
+}
+
 }  // namespace strata

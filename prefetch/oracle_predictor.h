@@ -27,6 +27,7 @@ class OracleAccessPredictor final : public AccessPredictor {
   double NextUse(const ShardKey& key) const override { return NextUseFrom(key, 0); }
   double NextUseFrom(const ShardKey& key, double distance) const override;
   std::vector<PredictedAccess> Upcoming(size_t max_count) const override;
+  std::vector<ShardKey> Sequence(size_t max_len) const override;
 
  private:
   const std::vector<ShardKey> sequence_;

@@ -6,7 +6,11 @@
 // flight. Promotions go through the store, so they run on its executor and
 // I/O engine and evict by the store's policy; with FarthestNextUsePolicy a
 // promotion that would evict something needed sooner is refused, and the
-// pump stops there (anything farther would be refused too).
+// pump stops there (anything farther would be refused too). Shards needed
+// within `urgent_distance` accesses may be promoted as urgent (the policy
+// then evicts even a copy MIN would keep) only when that is predicted to be
+// harmless (`adaptive_urgency`). Each pump also writes back early the dirty
+// copies MIN will drop to make room for the window.
 //
 // Thread-compatible: one thread pumps a scheduler (the job's access path).
 // It never holds a lock while calling the store.
@@ -15,9 +19,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
 #include "prefetch/access_predictor.h"
 #include "tiers/tiered_store.h"
 
@@ -32,6 +38,16 @@ struct PrefetchSchedulerOptions {
   // policy may then evict a copy MIN would keep, trading a possible extra
   // fetch for hiding the latency (0 disables).
   size_t urgent_distance = 2;
+  // Adaptive urgency: use it only when it is predicted to cost no fetch MIN
+  // would not make. The urgent path evicts the copy used farthest away (V)
+  // now, where MIN would make room later by dropping another copy. The
+  // scheduler replays MIN over the predicted sequence (the predictor's
+  // Sequence) from the tier's current copies up to V's next use: if MIN
+  // drops V before then anyway, evicting it now is free and the prefetch
+  // goes urgent; otherwise it waits, as MIN would, for room that harms
+  // nothing. It adapts to the trace and to the tier's size: the same shard
+  // is harmless to drop in a small tier and costly in a large one.
+  bool adaptive_urgency = true;
   // Early write-back: per Pump, at most this many of the copies Belady will
   // evict to make room for the window's upcoming promotions (the cached
   // copies used farthest away, one per shard the window still has to bring
@@ -51,6 +67,8 @@ struct PrefetchSchedulerStats {
   uint64_t issued = 0;
   uint64_t refused = 0;  // a promotion the store or the policy turned down
   uint64_t write_backs = 0;
+  uint64_t urgent = 0;            // promotions issued as urgent
+  uint64_t urgency_withheld = 0;  // pumps where urgency would have cost a fetch
 };
 
 class PrefetchScheduler {
@@ -65,6 +83,15 @@ class PrefetchScheduler {
   const PrefetchSchedulerStats& stats() const { return stats_; }
 
  private:
+  // Replays MIN from the tier's current copies over the predicted sequence:
+  // whether it drops `victim` (next use predicted at `victim_next`) before
+  // that use, so that evicting it now costs no fetch MIN would not make.
+  bool MinDropsBeforeNextUse(const ShardKey& victim, double victim_next,
+                             absl::Span<const TieredStore::CachedCopy> cached) const;
+  // Whether the urgent path's victim among `cached` would be dropped by MIN
+  // before its next use anyway (see adaptive_urgency).
+  bool UrgencyIsHarmless(absl::Span<const TieredStore::CachedCopy> cached);
+
   TieredStore* const store_;
   const AccessPredictor* const predictor_;
   const PrefetchSchedulerOptions options_;

@@ -52,5 +52,36 @@ out=$("$strata" plan --layers 24 --hidden 2048 --heads 16 --seq 2048 --micro-bat
   || fail "shape exited $?"
 grep -q 'activations per GPU' <<<"$out" || fail "shape output lacks activations: $out"
 
+# The ZeRO paper's stages and DeepSpeed's runtime buffers, sized from a config.
+seven=(--params 7B --gpus-per-node 8 --gpu-mem 80GB --cpu-mem 1TB --nvme 8TB --json)
+base=$("$strata" plan "${seven[@]}") || fail "7B exited $?"
+z2=$("$strata" plan "${seven[@]}" --deepspeed-config "$data/ds_zero2_buckets.json") || fail "zero2 config exited $?"
+z3=$("$strata" plan "${seven[@]}" --deepspeed-config "$data/ds_zero3_prefetch.json") || fail "zero3 config exited $?"
+/usr/bin/python3 - "$base" "$z2" "$z3" <<'PY' || fail "7B json check"
+import json, sys
+base, z2, z3 = (json.loads(a) for a in sys.argv[1:4])
+row = lambda plan, name: next(s for s in plan["strategies"] if s["name"] == name)
+p, n = 7e9, 8
+assert base["data_parallel"] == n and base["tensor_parallel"] == 1
+# The paper: ZeRO-1 4P + 12P/N, ZeRO-2 2P + 14P/N, ZeRO-3 16P/N.
+assert row(base, "zero1")["gpu_model_state_bytes"] == int(4 * p + 12 * p / n)
+assert row(base, "zero2")["gpu_model_state_bytes"] == int(2 * p + 14 * p / n)
+assert row(base, "zero3")["gpu_model_state_bytes"] == int(16 * p / n)
+g = [row(base, s)["gpu_bytes"] for s in ("ddp", "zero1", "zero2", "zero3")]
+assert g[0] > g[1] > g[2] > g[3], g
+for s in base["strategies"]:
+    b = s["gpu_buffers"]
+    assert s["gpu_buffer_bytes"] == sum(b.values()), s
+# Default reduce bucket 5e8 x 2 bytes; the config's 1e8 with overlap_comm: two buffers of 1e8.
+assert row(base, "zero2")["gpu_buffers"]["reduce_buckets"] == 10**9
+assert row(z2, "zero2")["gpu_buffers"]["reduce_buckets"] == 4 * 10**8
+assert row(base, "zero2")["gpu_bytes"] - row(z2, "zero2")["gpu_bytes"] == 6 * 10**8
+# Stage 3: the config's prefetch bucket (2e8 instead of 5e7) and sub-group (1e8).
+d = row(z3, "zero3")["gpu_buffers"]["gathered_params"] - row(base, "zero3")["gpu_buffers"]["gathered_params"]
+assert d == 2 * (2 * 10**8 - 5 * 10**7), d
+assert row(z3, "zero3")["gpu_buffers"]["fp32_gradients"] == 4 * 10**8
+assert z3["deepspeed_config"]["strategy"] == "zero3"
+PY
+
 if [ "$failures" -eq 0 ]; then echo "cli_plan_test: all checks passed"; fi
 exit "$failures"
