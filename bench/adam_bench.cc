@@ -42,8 +42,9 @@ constexpr char kUsage[] =
     "                         [--torch-script PATH] [--target AVX2|SSE4|AVX3|...]\n"
     "Times one optimizer step over --size fp32 elements (fastest of 2 x --steps after\n"
     "--warmup) for AdamW fp32 grads, AdamW fp16 in/out, AdamW bf16 in/out, Adagrad\n"
-    "fp16 and Lion fp16, against a bandwidth probe with the optimizer's memory\n"
-    "pattern and torch.optim.AdamW (foreach on/off, default and tuned malloc).\n"
+    "fp16, Lion fp16, LAMB fp32 and LAMB fp16 in/out, against a bandwidth probe\n"
+    "with the optimizer's memory pattern and torch.optim.AdamW (foreach on/off,\n"
+    "default and tuned malloc).\n"
     "--target runs the kernels (and the probe) on that Highway target instead of\n"
     "the CPU's best, e.g. the AVX2 kernels on an AVX-512 machine.\n";
 
@@ -167,6 +168,12 @@ struct Variant {
 // the count is what the algorithm needs, so that cost shows as a gap to the
 // limit rather than as bandwidth.)
 size_t BytesPerElement(const Variant& v) {
+  if (v.kind == OptimizerKind::kLamb) {
+    // Two passes (the trust ratio needs the tensor's norms first): p read,
+    // m and v read and written, the gradient read; then p read and written,
+    // m and v read, the 16-bit copy written.
+    return 4 + 16 + DTypeSize(v.grad) + 8 + 8 + (v.out ? DTypeSize(*v.out) : 0);
+  }
   const size_t states = v.kind == OptimizerKind::kAdam || v.kind == OptimizerKind::kAdamW ? 2 : 1;
   return 8 * (1 + states) + DTypeSize(v.grad) + (v.out ? DTypeSize(*v.out) : 0);
 }
@@ -178,6 +185,8 @@ const std::vector<Variant>& Variants() {
       {"adamw bf16->bf16", OptimizerKind::kAdamW, DType::kBf16, DType::kBf16},
       {"adagrad fp16->fp16", OptimizerKind::kAdagrad, DType::kFp16, DType::kFp16},
       {"lion fp16->fp16", OptimizerKind::kLion, DType::kFp16, DType::kFp16},
+      {"lamb fp32 grad", OptimizerKind::kLamb, DType::kFp32, std::nullopt},
+      {"lamb fp16->fp16", OptimizerKind::kLamb, DType::kFp16, DType::kFp16},
   };
   return variants;
 }
@@ -283,6 +292,11 @@ absl::Status Run(const Flags& f) {
   if (!f.target.empty()) STRATA_RETURN_IF_ERROR(OverrideKernelTargetForBenchmark(f.target));
   std::printf("strata bench adam: %s elements, kernels on %s, fastest of 2 rounds x %d steps after %d warmup\n",
               FormatCount(n).c_str(), CpuOptimizer::KernelTarget(), f.steps, f.warmup);
+  if (std::ifstream loadavg("/proc/loadavg"); loadavg) {
+    std::string line;
+    std::getline(loadavg, line);
+    std::printf("  load average at start: %s\n", line.c_str());
+  }
   STRATA_ASSIGN_OR_RETURN(HugeBuffer params, HugeBuffer::Allocate(n * 4));
   STRATA_ASSIGN_OR_RETURN(HugeBuffer exp_avg, HugeBuffer::Allocate(n * 4));
   STRATA_ASSIGN_OR_RETURN(HugeBuffer exp_avg_sq, HugeBuffer::Allocate(n * 4));
