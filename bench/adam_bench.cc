@@ -28,6 +28,7 @@
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "optimizer_cpu/cpu_optimizer.h"
+#include "optimizer_cpu/dispatch_override.h"
 #include "optimizer_cpu/hyperparams.h"
 #include "optimizer_cpu/thread_pool.h"
 
@@ -38,11 +39,14 @@ constexpr char kUsage[] =
     "usage: strata bench adam [--size 100M] [--threads 1,2] [--steps 10] [--warmup 2]\n"
     "                         [--json FILE] [--pin] [--no-torch] [--torch-steps 5]\n"
     "                         [--torch-default-malloc-steps 2] [--python /usr/bin/python3]\n"
-    "                         [--torch-script PATH]\n"
+    "                         [--torch-script PATH] [--target AVX2|SSE4|AVX3|...]\n"
     "Times one optimizer step over --size fp32 elements (fastest of 2 x --steps after\n"
     "--warmup) for AdamW fp32 grads, AdamW fp16 in/out, AdamW bf16 in/out, Adagrad\n"
-    "fp16 and Lion fp16, against a bandwidth probe with the optimizer's memory\n"
-    "pattern and torch.optim.AdamW (foreach on/off, default and tuned malloc).\n";
+    "fp16, Lion fp16, LAMB fp32 and LAMB fp16 in/out, against a bandwidth probe\n"
+    "with the optimizer's memory pattern and torch.optim.AdamW (foreach on/off,\n"
+    "default and tuned malloc).\n"
+    "--target runs the kernels (and the probe) on that Highway target instead of\n"
+    "the CPU's best, e.g. the AVX2 kernels on an AVX-512 machine.\n";
 
 struct Flags {
   uint64_t size = 100'000'000;
@@ -56,6 +60,7 @@ struct Flags {
   int torch_default_malloc_steps = 2;
   std::string python = "/usr/bin/python3";
   std::string torch_script = STRATA_ADAM_TORCH_PEER_SCRIPT;
+  std::string target;  // Highway target name; empty: the CPU's best
 };
 
 absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view text, int min, int max) {
@@ -107,6 +112,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       STRATA_ASSIGN_OR_RETURN(f.python, value());
     } else if (arg == "--torch-script") {
       STRATA_ASSIGN_OR_RETURN(f.torch_script, value());
+    } else if (arg == "--target") {
+      STRATA_ASSIGN_OR_RETURN(f.target, value());
     } else if (arg == "--pin") {
       f.pin = true;
     } else if (arg == "--no-torch") {
@@ -161,6 +168,12 @@ struct Variant {
 // the count is what the algorithm needs, so that cost shows as a gap to the
 // limit rather than as bandwidth.)
 size_t BytesPerElement(const Variant& v) {
+  if (v.kind == OptimizerKind::kLamb) {
+    // Two passes (the trust ratio needs the tensor's norms first): p read,
+    // m and v read and written, the gradient read; then p read and written,
+    // m and v read, the 16-bit copy written.
+    return 4 + 16 + DTypeSize(v.grad) + 8 + 8 + (v.out ? DTypeSize(*v.out) : 0);
+  }
   const size_t states = v.kind == OptimizerKind::kAdam || v.kind == OptimizerKind::kAdamW ? 2 : 1;
   return 8 * (1 + states) + DTypeSize(v.grad) + (v.out ? DTypeSize(*v.out) : 0);
 }
@@ -172,6 +185,8 @@ const std::vector<Variant>& Variants() {
       {"adamw bf16->bf16", OptimizerKind::kAdamW, DType::kBf16, DType::kBf16},
       {"adagrad fp16->fp16", OptimizerKind::kAdagrad, DType::kFp16, DType::kFp16},
       {"lion fp16->fp16", OptimizerKind::kLion, DType::kFp16, DType::kFp16},
+      {"lamb fp32 grad", OptimizerKind::kLamb, DType::kFp32, std::nullopt},
+      {"lamb fp16->fp16", OptimizerKind::kLamb, DType::kFp16, DType::kFp16},
   };
   return variants;
 }
@@ -274,8 +289,14 @@ std::vector<int> PinList(const Flags& f, int threads) {
 
 absl::Status Run(const Flags& f) {
   const size_t n = f.size;
+  if (!f.target.empty()) STRATA_RETURN_IF_ERROR(OverrideKernelTargetForBenchmark(f.target));
   std::printf("strata bench adam: %s elements, kernels on %s, fastest of 2 rounds x %d steps after %d warmup\n",
               FormatCount(n).c_str(), CpuOptimizer::KernelTarget(), f.steps, f.warmup);
+  if (std::ifstream loadavg("/proc/loadavg"); loadavg) {
+    std::string line;
+    std::getline(loadavg, line);
+    std::printf("  load average at start: %s\n", line.c_str());
+  }
   STRATA_ASSIGN_OR_RETURN(HugeBuffer params, HugeBuffer::Allocate(n * 4));
   STRATA_ASSIGN_OR_RETURN(HugeBuffer exp_avg, HugeBuffer::Allocate(n * 4));
   STRATA_ASSIGN_OR_RETURN(HugeBuffer exp_avg_sq, HugeBuffer::Allocate(n * 4));
@@ -416,19 +437,20 @@ absl::Status Run(const Flags& f) {
     return best;
   };
 
-  std::printf("\n%-20s %3s %8s %8s %6s %9s %6s %12s %7s %5s\n", "variant", "thr", "ms/step",
-              "Gelem/s", "GB/s", "limit G/s", "%limit", "torch fe G/s", "x torch", "cpu%");
+  std::printf("\n%-20s %3s %8s %8s %6s %9s %6s %12s %7s %5s %-6s\n", "variant", "thr", "ms/step",
+              "Gelem/s", "GB/s", "limit G/s", "%limit", "torch fe G/s", "x torch", "cpu%",
+              "target");
   nlohmann::json json_results = nlohmann::json::array();
   for (const Result& r : results) {
     const size_t bytes = BytesPerElement(*r.variant);
     const double limit = r.bandwidth_gbps * 1e9 / bytes;
     const double torch_fe = best_torch(r.threads, true);
     const double torch_single = best_torch(r.threads, false);
-    std::printf("%-20s %3d %8.1f %8.3f %6.1f %9.3f %5.1f%% %12.4f %7.1f %4.0f%%\n",
+    std::printf("%-20s %3d %8.1f %8.3f %6.1f %9.3f %5.1f%% %12.4f %7.1f %4.0f%% %-6s\n",
                 r.variant->label, r.threads, r.step_s * 1e3, r.elements_per_s / 1e9,
                 r.elements_per_s * bytes / 1e9, limit / 1e9, 100 * r.elements_per_s / limit,
                 torch_fe / 1e9, torch_fe > 0 ? r.elements_per_s / torch_fe : 0.0,
-                100 * r.cpu_share);
+                100 * r.cpu_share, CpuOptimizer::KernelTarget());
     json_results.push_back({
         {"algo", std::string(OptimizerKindName(r.variant->kind))},
         {"grad_dtype", std::string(DTypeName(r.variant->grad))},
@@ -446,6 +468,7 @@ absl::Status Run(const Flags& f) {
         {"torch_single_tensor_elements_per_s", torch_single},
         {"speedup_vs_torch_foreach", torch_fe > 0 ? r.elements_per_s / torch_fe : 0.0},
         {"cpu_share", r.cpu_share},
+        {"kernel_target", CpuOptimizer::KernelTarget()},
     });
   }
   if (!torch_runs.empty()) {

@@ -363,6 +363,7 @@ absl::string_view OptimizerKindName(OptimizerKind kind) {
     case OptimizerKind::kAdamW: return "adamw";
     case OptimizerKind::kAdagrad: return "adagrad";
     case OptimizerKind::kLion: return "lion";
+    case OptimizerKind::kLamb: return "lamb";
   }
   return "unknown";
 }

@@ -27,7 +27,7 @@ namespace strata {
 enum class OffloadDevice : uint8_t { kNone = 0, kCpu = 1, kNvme = 2 };
 absl::string_view OffloadDeviceName(OffloadDevice device);
 
-enum class OptimizerKind : uint8_t { kAdam = 0, kAdamW = 1, kAdagrad = 2, kLion = 3 };
+enum class OptimizerKind : uint8_t { kAdam = 0, kAdamW = 1, kAdagrad = 2, kLion = 3, kLamb = 4 };
 absl::string_view OptimizerKindName(OptimizerKind kind);
 
 struct OffloadOptimizerConfig {

@@ -19,12 +19,14 @@ namespace HWY_NAMESPACE {
 namespace {
 
 template <DType kGrad, bool kHasOut, DType kOut>
-void AdagradTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
+void AdagradTyped(const StepScalars& scalars, const StepSpans& spans, size_t begin, size_t end) {
+  const StepScalars s = scalars;  // see AdamTyped
   const bool l2 = s.weight_decay != 0.0f;
+  const void* grad = spans.grad;
   float* HWY_RESTRICT params = spans.params;
   float* HWY_RESTRICT sum_sq = spans.exp_avg;
-  auto element = [&](auto d, size_t i, auto stream_out) HWY_ATTR {
-    auto g = hn::Mul(LoadAsF32<kGrad>(d, spans.grad, i), hn::Set(d, s.grad_scale));
+  auto element = [&](auto d, size_t i) STRATA_LANES {
+    auto g = hn::Mul(LoadAsF32<kGrad>(d, grad, i), hn::Set(d, s.grad_scale));
     if (s.maximize) g = hn::Neg(g);
     auto p = hn::LoadU(d, params + i);
     if (l2) g = hn::Add(g, hn::Mul(hn::Set(d, s.weight_decay), p));
@@ -33,9 +35,9 @@ void AdagradTyped(const StepScalars& s, const StepSpans& spans, size_t begin, si
     p = hn::Add(p, hn::Mul(hn::Set(d, s.neg_step_size), hn::Div(g, std_dev)));
     hn::StoreU(sum, d, sum_sq + i);
     hn::StoreU(p, d, params + i);
-    if constexpr (kHasOut) StoreParamOut<kOut>(d, p, spans.param_out, i, stream_out);
+    return p;
   };
-  ForEachStepLane<kHasOut>(begin, end, spans.param_out, element);
+  ForEachStepLane<kHasOut, kOut>(begin, end, spans.param_out, element);
 }
 
 }  // namespace

@@ -22,14 +22,18 @@ namespace HWY_NAMESPACE {
 namespace {
 
 template <DType kGrad, bool kHasOut, DType kOut>
-void AdamTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
+void AdamTyped(const StepScalars& scalars, const StepSpans& spans, size_t begin, size_t end) {
+  // A local copy: stores through the float spans cannot alias it, so the
+  // compiler keeps the broadcast constants in registers across the loop.
+  const StepScalars s = scalars;
   const bool l2 = s.weight_decay != 0.0f;
+  const void* grad = spans.grad;
   float* HWY_RESTRICT params = spans.params;
   float* HWY_RESTRICT exp_avg = spans.exp_avg;
   float* HWY_RESTRICT exp_avg_sq = spans.exp_avg_sq;
   float* HWY_RESTRICT max_sq = spans.max_exp_avg_sq;
-  auto element = [&](auto d, size_t i, auto stream_out) HWY_ATTR {
-    auto g = hn::Mul(LoadAsF32<kGrad>(d, spans.grad, i), hn::Set(d, s.grad_scale));
+  auto element = [&](auto d, size_t i) STRATA_LANES {
+    auto g = hn::Mul(LoadAsF32<kGrad>(d, grad, i), hn::Set(d, s.grad_scale));
     if (s.maximize) g = hn::Neg(g);
     auto p = hn::LoadU(d, params + i);
     if (l2) g = hn::Add(g, hn::Mul(hn::Set(d, s.weight_decay), p));
@@ -52,9 +56,9 @@ void AdamTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_
     hn::StoreU(m, d, exp_avg + i);
     hn::StoreU(v, d, exp_avg_sq + i);
     hn::StoreU(p, d, params + i);
-    if constexpr (kHasOut) StoreParamOut<kOut>(d, p, spans.param_out, i, stream_out);
+    return p;
   };
-  ForEachStepLane<kHasOut>(begin, end, spans.param_out, element);
+  ForEachStepLane<kHasOut, kOut>(begin, end, spans.param_out, element);
 }
 
 }  // namespace

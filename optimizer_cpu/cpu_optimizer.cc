@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -15,6 +17,22 @@ absl::Status CheckBuffer(const void* data, size_t size, const char* what) {
   if (data == nullptr && size > 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": buffer is null but ", size, " elements were given"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStepNumber(int64_t step) {
+  if (step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer step number is ", step, "; steps are counted from 1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLamb(const OptimizerHyperparams& config) {
+  if (config.kind != OptimizerKind::kLamb) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LAMB pass called with optimizer ", OptimizerKindName(config.kind), "; use Step"));
   }
   return absl::OkStatus();
 }
@@ -47,9 +65,10 @@ absl::Status CpuOptimizer::Step(const OptimizerHyperparams& config, int64_t step
                                 const StepSpans& spans, float grad_scale) {
   STRATA_RETURN_IF_ERROR(ValidateOptimizerHyperparams(config));
   STRATA_RETURN_IF_ERROR(ValidateStepSpans(config, spans));
-  if (step < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer step number is ", step, "; steps are counted from 1"));
+  STRATA_RETURN_IF_ERROR(CheckStepNumber(step));
+  if (config.kind == OptimizerKind::kLamb) {
+    STRATA_ASSIGN_OR_RETURN(const LambNorms norms, LambMoments(config, step, spans, grad_scale));
+    return LambApply(config, step, spans, LambTrustRatio(config, norms));
   }
   const StepScalars s = ComputeStepScalars(config, step, grad_scale);
   auto range = &internal::AdamRange;
@@ -64,8 +83,49 @@ absl::Status CpuOptimizer::Step(const OptimizerHyperparams& config, int64_t step
     case OptimizerKind::kLion:
       range = &internal::LionRange;
       break;
+    case OptimizerKind::kLamb:
+      break;  // handled above
   }
   ForEachTile(spans.size, [&](size_t, size_t begin, size_t end) { range(s, spans, begin, end); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LambNorms> CpuOptimizer::LambMoments(const OptimizerHyperparams& config,
+                                                    int64_t step, const StepSpans& spans,
+                                                    float grad_scale) {
+  STRATA_RETURN_IF_ERROR(CheckLamb(config));
+  STRATA_RETURN_IF_ERROR(ValidateOptimizerHyperparams(config));
+  STRATA_RETURN_IF_ERROR(ValidateStepSpans(config, spans));
+  STRATA_RETURN_IF_ERROR(CheckStepNumber(step));
+  const StepScalars s = ComputeStepScalars(config, step, grad_scale);
+  // Fixed blocks, not tiles: the order of the sums (lamb.h) must not depend
+  // on tile_elements or the thread count.
+  const size_t blocks = (spans.size + kLambNormBlock - 1) / kLambNormBlock;
+  std::vector<LambNorms> partial(blocks);
+  pool_->ParallelFor(blocks, [&](size_t block) {
+    const size_t begin = block * kLambNormBlock;
+    partial[block] =
+        internal::LambMomentsRange(s, spans, begin, std::min(spans.size, begin + kLambNormBlock));
+  });
+  LambNorms total;
+  for (const LambNorms& p : partial) total += p;
+  return total;
+}
+
+absl::Status CpuOptimizer::LambApply(const OptimizerHyperparams& config, int64_t step,
+                                     const StepSpans& spans, double trust_ratio) {
+  STRATA_RETURN_IF_ERROR(CheckLamb(config));
+  STRATA_RETURN_IF_ERROR(ValidateOptimizerHyperparams(config));
+  STRATA_RETURN_IF_ERROR(ValidateApplySpans(config, spans));
+  STRATA_RETURN_IF_ERROR(CheckStepNumber(step));
+  if (trust_ratio < 0 || std::isinf(trust_ratio)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lamb trust ratio is ", trust_ratio, "; it must be finite and >= 0"));
+  }
+  const StepScalars s = LambApplyScalars(config, step, trust_ratio);
+  ForEachTile(spans.size, [&](size_t, size_t begin, size_t end) {
+    internal::LambApplyRange(s, spans, begin, end);
+  });
   return absl::OkStatus();
 }
 

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
 #include "optimizer_cpu/hyperparams.h"
+#include "optimizer_cpu/lamb.h"
 #include "optimizer_cpu/step_spans.h"
 #include "optimizer_cpu/thread_pool.h"
 
@@ -46,8 +47,23 @@ class CpuOptimizer final {
   // `config` to `spans`. Every gradient is multiplied by `grad_scale` first
   // (1/loss_scale times a clip coefficient). InvalidArgument (and nothing is
   // written) for a bad config, step < 1, or spans that do not fit the config.
+  // LAMB: `spans` is one whole tensor (its trust ratio is computed over
+  // them); for a tensor in several ranges use LambMoments / LambApply.
   absl::Status Step(const OptimizerHyperparams& config, int64_t step, const StepSpans& spans,
                     float grad_scale = 1.0f);
+
+  // LAMB in two passes, for a tensor stepped in ranges (see lamb.h). Pass 1
+  // updates exp_avg and exp_avg_sq of `spans` and returns the range's sums of
+  // squares; add those of every range of the tensor, then LambTrustRatio.
+  // Errors as Step (config.kind must be kLamb).
+  absl::StatusOr<LambNorms> LambMoments(const OptimizerHyperparams& config, int64_t step,
+                                        const StepSpans& spans, float grad_scale = 1.0f);
+  // Pass 2: moves the params of `spans` by -step_size * trust_ratio * update
+  // and writes param_out. The gradient span is not read (may be null).
+  // InvalidArgument for a bad config or spans, step < 1, or a trust_ratio
+  // that is negative or infinite (NaN, from NaN gradients, propagates).
+  absl::Status LambApply(const OptimizerHyperparams& config, int64_t step, const StepSpans& spans,
+                         double trust_ratio);
 
   // Sets the states of `spans` to what torch initializes them to: zeros, and
   // initial_accumulator_value for Adagrad's sum. Only the params and

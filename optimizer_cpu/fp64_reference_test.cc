@@ -161,6 +161,8 @@ TEST_P(Fp64ReferenceTest, Fp32StaysWithinDerivedRoundingBoundOver100Steps) {
           EP += eupdate + 2 * kU * std::fabs(P);
           break;
         }
+        case OptimizerKind::kLamb:
+          FAIL() << "LAMB has its own test below";
         case OptimizerKind::kLion: {
           P *= 1 - lr * wd;
           EP = EP * (1 - lr * wd) + 2 * kU * std::fabs(P);
@@ -201,6 +203,94 @@ TEST_P(Fp64ReferenceTest, Fp32StaysWithinDerivedRoundingBoundOver100Steps) {
   EXPECT_LE(ambiguous, kN / 100);
   std::printf("  %s: max error / bound: params %.3f, exp_avg %.3f; %zu sign-ambiguous\n",
               std::string(OptimizerKindName(h.kind)).c_str(), worst_p, worst_m, ambiguous);
+}
+
+// LAMB has no torch counterpart, so this is its reference over many steps.
+// Per element as above; the trust ratio couples the elements: the fp32 run's
+// norms are within the norm of the error vector of the fp64 ones (triangle
+// inequality), so the ratio's relative error is at most eW/W + eS/S (plus
+// roundings), and it enters every param's step.
+TEST(Fp64ReferenceLambTest, Fp32StaysWithinDerivedRoundingBoundOver100Steps) {
+  for (int variant = 0; variant < 3; ++variant) {
+    OptimizerHyperparams h;
+    h.kind = OptimizerKind::kLamb;
+    h.weight_decay = variant == 1 ? 0.0 : 0.01;
+    h.eps_inside_sqrt = variant == 2;
+    h.max_coeff = variant == 1 ? 0.2 : 10.0;  // variant 1: ||p|| / ||update|| is 0.3-1.5 here
+    SCOPED_TRACE(testing::Message() << "variant " << variant);
+    std::mt19937 rng(402 + variant);
+    std::normal_distribution<float> normal;
+    std::vector<float> p(kN), m(kN, 0.0f), v(kN, 0.0f), g(kN);
+    for (float& x : p) x = normal(rng);
+    std::vector<double> P(p.begin(), p.end()), M(kN, 0.0), V(kN, 0.0);
+    std::vector<double> EP(kN, 0.0), EM(kN, 0.0), EV(kN, 0.0), U(kN), EU(kN);
+    auto opt = CpuOptimizer::Create(CpuOptimizerOptions{});
+    ASSERT_TRUE(opt.ok());
+    StepSpans s;
+    s.size = kN;
+    s.params = p.data();
+    s.exp_avg = m.data();
+    s.exp_avg_sq = v.data();
+    s.grad = g.data();
+    const double b1 = h.beta1, b2 = h.beta2, wd = h.weight_decay, eps = h.eps;
+    int clamped = 0;
+    for (int t = 1; t <= kSteps; ++t) {
+      for (float& x : g) x = normal(rng);
+      ASSERT_TRUE((*opt)->Step(h, t, s).ok());
+      double w2 = 0, s2 = 0, ew2 = 0, es2 = 0;
+      for (size_t i = 0; i < kN; ++i) {
+        const double gi = g[i];
+        M[i] = b1 * M[i] + (1 - b1) * gi;
+        EM[i] = b1 * EM[i] + 4 * kU * (b1 * std::fabs(M[i]) + (1 - b1) * std::fabs(gi) + std::fabs(M[i]));
+        V[i] = b2 * V[i] + (1 - b2) * gi * gi;
+        EV[i] = b2 * EV[i] + 6 * kU * V[i];
+        double denom, edenom;
+        if (h.eps_inside_sqrt) {
+          denom = std::sqrt(V[i] + eps);
+          edenom = (0.5 * (EV[i] + 2 * kU * (V[i] + eps)) / (V[i] + eps) + kU) * denom;
+        } else {
+          const double sq = std::sqrt(V[i]);
+          denom = sq + eps;
+          edenom = (0.5 * EV[i] / std::max(V[i], 1e-300) + kU) * sq + 2 * kU * denom;
+        }
+        const double r = M[i] / denom;
+        const double er = EM[i] / denom + std::fabs(M[i]) * edenom / (denom * denom) + kU * std::fabs(r);
+        U[i] = r + wd * P[i];
+        EU[i] = er + wd * EP[i] + 3 * kU * (std::fabs(r) + std::fabs(wd * P[i]));
+        w2 += P[i] * P[i];
+        s2 += U[i] * U[i];
+        ew2 += EP[i] * EP[i];
+        es2 += EU[i] * EU[i];
+      }
+      const double w = std::sqrt(w2), un = std::sqrt(s2);
+      // Relative error of the ratio: both norms', the double sums' (tiny),
+      // and the rounding of step_size * ratio to float.
+      const double rel = std::sqrt(ew2) / w + std::sqrt(es2) / un + 1e-12 + 2 * kU;
+      double ratio = w / un;
+      if (ratio > h.max_coeff || ratio < h.min_coeff) ++clamped;
+      ratio = std::min(std::max(ratio, h.min_coeff), h.max_coeff);  // 1-Lipschitz
+      const double c = LambStepSize(h, t) * ratio;
+      for (size_t i = 0; i < kN; ++i) {
+        P[i] -= c * U[i];
+        EP[i] += c * EU[i] + c * rel * std::fabs(U[i]) + kU * std::fabs(c * U[i]) +
+                 kU * std::fabs(P[i]);
+      }
+    }
+    double worst_p = 0, worst_m = 0;
+    for (size_t i = 0; i < kN; ++i) {
+      ASSERT_LE(std::fabs(p[i] - P[i]), EP[i]) << "param " << i;
+      ASSERT_LE(std::fabs(m[i] - M[i]), EM[i]) << "exp_avg " << i;
+      ASSERT_LE(std::fabs(v[i] - V[i]), EV[i]) << "exp_avg_sq " << i;
+      ASSERT_LE(EP[i], 1e-4 * std::max(1.0, std::fabs(P[i]))) << "bound too loose at " << i;
+      worst_p = std::max(worst_p, std::fabs(p[i] - P[i]) / EP[i]);
+      worst_m = std::max(worst_m, std::fabs(m[i] - M[i]) / EM[i]);
+    }
+    if (variant == 1) {
+      EXPECT_GT(clamped, kSteps / 2) << "the clamp was not exercised";
+    }
+    std::printf("  lamb variant %d: max error / bound: params %.3f, exp_avg %.3f; %d of %d steps clamped\n",
+                variant, worst_p, worst_m, clamped, kSteps);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, Fp64ReferenceTest, ::testing::Values(0, 1, 2, 3));

@@ -31,6 +31,13 @@ namespace strata {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// For the per-element lambdas of the kernels: compiled for this target and
+// always inlined into the lane loops. Left to itself GCC kept the AdamW body
+// out of line, one call per vector, reloading every pointer and scalar
+// through the captured references: about 40 instructions of overhead per
+// 8 elements on AVX2, which made the 16-bit paths compute-bound there.
+#define STRATA_LANES HWY_ATTR __attribute__((always_inline))
+
 // Targets whose fp16 conversions are the F16C instructions.
 constexpr bool kHaveF16C =
     HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL;
@@ -119,6 +126,27 @@ HWY_INLINE hn::Vec<DF> LoadAsF32(DF df, const void* base, size_t i) {
   }
 }
 
+// The Lanes(df) values of v as fp16 or bf16 bits (kType), in u16 lanes.
+template <DType kType, class DF>
+HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> ToHalfBits(DF df, hn::Vec<DF> v) {
+  static_assert(kType != DType::kFp32);
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::RebindToSigned<DF> di;
+  if constexpr (kType == DType::kBf16) {
+    return hn::DemoteTo(du16, hn::BitCast(di, F32ToBf16Bits(df, v)));
+  } else if constexpr (kHaveF16C) {
+    // vcvtps2ph keeps NaN payloads; torch writes sign|0x7E00. Replace NaNs
+    // by the quiet NaN with an empty payload, which converts to exactly that.
+    const hn::RebindToUnsigned<DF> du;
+    const auto canonical = hn::BitCast(
+        df, hn::Or(hn::And(hn::BitCast(du, v), hn::Set(du, 0x80000000u)), hn::Set(du, 0x7FC00000u)));
+    const hn::Rebind<hwy::float16_t, DF> df16;
+    return hn::BitCast(du16, hn::DemoteTo(df16, hn::IfThenElse(hn::IsNaN(v), canonical, v)));
+  } else {
+    return hn::DemoteTo(du16, hn::BitCast(di, F32ToF16Bits(df, v)));
+  }
+}
+
 // Stores the Lanes(df) values of v at element i of a buffer of dtype kType.
 template <DType kType, class DF>
 HWY_INLINE void StoreFromF32(DF df, hn::Vec<DF> v, void* base, size_t i) {
@@ -126,25 +154,7 @@ HWY_INLINE void StoreFromF32(DF df, hn::Vec<DF> v, void* base, size_t i) {
     hn::StoreU(v, df, static_cast<float*>(base) + i);
   } else {
     const hn::Rebind<uint16_t, DF> du16;
-    const hn::RebindToSigned<DF> di;
-    uint16_t* p = static_cast<uint16_t*>(base) + i;
-    if constexpr (kType == DType::kBf16) {
-      hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, F32ToBf16Bits(df, v))), du16, p);
-    } else {
-      if constexpr (kHaveF16C) {
-      // vcvtps2ph keeps NaN payloads; torch writes sign|0x7E00. Replace NaNs
-      // by the quiet NaN with an empty payload, which converts to exactly that.
-      const hn::RebindToUnsigned<DF> du;
-      const auto canonical = hn::BitCast(
-          df, hn::Or(hn::And(hn::BitCast(du, v), hn::Set(du, 0x80000000u)),
-                     hn::Set(du, 0x7FC00000u)));
-      const auto w = hn::IfThenElse(hn::IsNaN(v), canonical, v);
-      const hn::Rebind<hwy::float16_t, DF> df16;
-      hn::StoreU(hn::BitCast(du16, hn::DemoteTo(df16, w)), du16, p);
-      } else {
-        hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, F32ToF16Bits(df, v))), du16, p);
-      }
-    }
+    hn::StoreU(ToHalfBits<kType>(df, v), du16, static_cast<uint16_t*>(base) + i);
   }
 }
 
@@ -164,63 +174,78 @@ HWY_INLINE void ForEachLane(size_t begin, size_t end, const Body& body) {
   for (; i < end; ++i) body(d1, i);
 }
 
-// Whether full vectors of 16-bit output go out with non-temporal stores. The
-// 16-bit params are written and not read back by the CPU (they go to the GPU),
-// and a plain store first reads each cache line it writes (write-allocate):
-// 2 more bytes per element on top of the 28 an fp16 AdamW step moves.
-// Only where the u16 vector is a full native register (AVX2: 128-bit,
-// AVX-512: 256-bit), since Highway's partial-vector Stream writes a whole one.
-constexpr bool kStreamHalfOut = kHaveF16C;
+// Whether the 16-bit copy of the params goes out with non-temporal stores.
+// It is written and not read back by the CPU (it goes to the GPU), and a
+// plain store first reads each cache line it writes (write-allocate): 2 more
+// bytes per element on top of the 28 an fp16 AdamW step moves.
+//
+// The copy of two fp32 vectors is one full u16 vector (Combine), and the
+// stores are lined up so that each 64-byte line is written whole by
+// back-to-back stores: 64-byte zmm stores on AVX-512, two 32-byte ymm stores
+// on AVX2, four 16-byte stores on SSE4/SSSE3. Storing the u16 half of one
+// fp32 vector at a time (16 bytes on AVX2) left partly written lines in the
+// write-combining buffers between the other streams' accesses, and SSE4 had
+// no stream stores at all. Not on Highway's portable scalar target (one-lane
+// vectors).
+#undef STRATA_STREAM_HALF_OUT  // one value per target
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+#define STRATA_STREAM_HALF_OUT 1
+#else
+#define STRATA_STREAM_HALF_OUT 0
+#endif
+constexpr size_t kCacheLineBytes = 64;
 
-// Like ForEachLane, for kernels that also write a 16-bit copy to `out`: first
-// single lanes until out + i is aligned to the 16-bit vector, then full
-// vectors with body(d, i, std::true_type) (aligned: may use Stream), then the
-// tail. The stream stores are fenced before returning, so they are ordered
-// before whatever the caller does next (e.g. the pool's completion signal).
-template <class Body>
-HWY_INLINE void ForEachLaneAlignedOut(size_t begin, size_t end, const void* out, const Body& body) {
-  auto plain = [&](auto d, size_t i) HWY_ATTR { body(d, i, std::false_type()); };
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(out) + begin * sizeof(uint16_t);
-  // A 16-bit buffer at an odd address never reaches vector alignment.
-  if constexpr (!kStreamHalfOut) {
-    ForEachLane(begin, end, plain);
-  } else if (addr % sizeof(uint16_t) != 0) {
-    ForEachLane(begin, end, plain);
+// Runs an optimizer's per-element body over [begin, end). element(d, i)
+// updates the lanes of d at element i (params and states in place) and
+// returns the updated fp32 params; when kHasOut, this loop writes their
+// kOut (fp16/bf16) copy to param_out: non-temporal for the lines of
+// param_out that the range covers whole (after single lanes up to the first
+// line boundary), plain stores for the rest. The stream stores are fenced
+// before returning, so they are ordered before whatever the caller does next
+// (e.g. the pool's completion signal).
+template <bool kHasOut, DType kOut, class Element>
+HWY_INLINE void ForEachStepLane(size_t begin, size_t end, void* param_out, const Element& element) {
+  if constexpr (!kHasOut) {
+    ForEachLane(begin, end, [&](auto d, size_t i) STRATA_LANES { (void)element(d, i); });
   } else {
-    const hn::ScalableTag<float> df;
-    const hn::CappedTag<float, 1> d1;
-    const size_t n = hn::Lanes(df);
-    const size_t vector_bytes = n * sizeof(uint16_t);
-    const size_t peel = std::min(
-        end - begin, (vector_bytes - addr % vector_bytes) % vector_bytes / sizeof(uint16_t));
-    size_t i = begin;
-    for (; i < begin + peel; ++i) body(d1, i, std::false_type());
-    for (; i + 2 * n <= end; i += 2 * n) {
-      body(df, i, std::true_type());
-      body(df, i + n, std::true_type());
+    auto plain = [&](auto d, size_t i) STRATA_LANES {
+      StoreFromF32<kOut>(d, element(d, i), param_out, i);
+    };
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(param_out) + begin * sizeof(uint16_t);
+    // A 16-bit buffer at an odd address never reaches vector alignment.
+    if (!STRATA_STREAM_HALF_OUT || addr % sizeof(uint16_t) != 0) {
+      ForEachLane(begin, end, plain);
+      return;
     }
-    for (; i + n <= end; i += n) body(df, i, std::true_type());
-    for (; i < end; ++i) body(d1, i, std::false_type());
-    hwy::FlushStream();
-  }
-}
-
-// StoreFromF32 with a non-temporal store. REQUIRES: kStreamHalfOut, a 16-bit
-// kType, and base + i aligned to the vector.
-template <DType kType, class DF>
-HWY_INLINE void StreamFromF32(DF df, hn::Vec<DF> v, void* base, size_t i) {
-  const hn::Rebind<uint16_t, DF> du16;
-  const hn::RebindToSigned<DF> di;
-  uint16_t* p = static_cast<uint16_t*>(base) + i;
-  if constexpr (kType == DType::kBf16) {
-    hn::Stream(hn::DemoteTo(du16, hn::BitCast(di, F32ToBf16Bits(df, v))), du16, p);
-  } else {
-    const hn::RebindToUnsigned<DF> du;
-    const auto canonical = hn::BitCast(
-        df, hn::Or(hn::And(hn::BitCast(du, v), hn::Set(du, 0x80000000u)), hn::Set(du, 0x7FC00000u)));
-    const hn::Rebind<hwy::float16_t, DF> df16;
-    hn::Stream(hn::BitCast(du16, hn::DemoteTo(df16, hn::IfThenElse(hn::IsNaN(v), canonical, v))),
-               du16, p);
+#if STRATA_STREAM_HALF_OUT
+    {
+      const hn::ScalableTag<float> df;
+      const hn::Repartition<uint16_t, decltype(df)> du16;  // 2 * Lanes(df) lanes
+      const hn::CappedTag<float, 1> d1;
+      const size_t n = hn::Lanes(df);
+      uint16_t* out = static_cast<uint16_t*>(param_out);
+      // Two fp32 vectors -> one full u16 vector, stored non-temporally.
+      auto pair = [&](size_t i) STRATA_LANES {
+        const auto lo = ToHalfBits<kOut>(df, element(df, i));
+        const auto hi = ToHalfBits<kOut>(df, element(df, i + n));
+        hn::Stream(hn::Combine(du16, hi, lo), du16, out + i);
+      };
+      const size_t peel = std::min(
+          end - begin, (kCacheLineBytes - addr % kCacheLineBytes) % kCacheLineBytes / sizeof(uint16_t));
+      size_t i = begin;
+      for (; i < begin + peel; ++i) plain(d1, i);
+      // A line is 32 / n pairs (AVX-512 one, AVX2 two, SSE4 four): the
+      // pairs of a line are stored back to back.
+      constexpr size_t kPairsPerLine = kCacheLineBytes / (2 * sizeof(uint16_t) * hn::MaxLanes(df));
+      constexpr size_t kGroup = kPairsPerLine < 1 ? 1 : kPairsPerLine;
+      for (; i + kGroup * 2 * n <= end; i += kGroup * 2 * n) {
+        for (size_t k = 0; k < kGroup; ++k) pair(i + k * 2 * n);
+      }
+      for (; i + n <= end; i += n) plain(df, i);
+      for (; i < end; ++i) plain(d1, i);
+      hwy::FlushStream();
+    }
+#endif
   }
 }
 
@@ -237,29 +262,6 @@ HWY_INLINE void WithDType(DType dtype, const Fn& fn) {
     case DType::kBf16:
       fn(std::integral_constant<DType, DType::kBf16>());
       break;
-  }
-}
-
-// Writes the 16-bit copy of updated params: non-temporal when
-// ForEachLaneAlignedOut found the output aligned (`stream`), else plain.
-template <DType kOut, class DF, class Stream>
-HWY_INLINE void StoreParamOut(DF df, hn::Vec<DF> p, void* out, size_t i, Stream /*stream*/) {
-  if constexpr (Stream::value) {
-    StreamFromF32<kOut>(df, p, out, i);
-  } else {
-    StoreFromF32<kOut>(df, p, out, i);
-  }
-}
-
-// Runs an optimizer's per-element body element(d, i, stream) over
-// [begin, end): through ForEachLaneAlignedOut when a 16-bit copy is written,
-// else ForEachLane (stream is then always false).
-template <bool kHasOut, class Element>
-HWY_INLINE void ForEachStepLane(size_t begin, size_t end, const void* param_out, const Element& element) {
-  if constexpr (kHasOut) {
-    ForEachLaneAlignedOut(begin, end, param_out, element);
-  } else {
-    ForEachLane(begin, end, [&](auto d, size_t i) HWY_ATTR { element(d, i, std::false_type()); });
   }
 }
 

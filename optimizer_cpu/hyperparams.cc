@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "optimizer_cpu/lamb.h"
 
 namespace strata {
 namespace {
@@ -29,11 +30,12 @@ absl::Status CheckBeta(absl::string_view name, double value) {
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view text) {
   const std::string lower = absl::AsciiStrToLower(text);
   for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamW,
-                             OptimizerKind::kAdagrad, OptimizerKind::kLion}) {
+                             OptimizerKind::kAdagrad, OptimizerKind::kLion,
+                             OptimizerKind::kLamb}) {
     if (lower == OptimizerKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown optimizer '", text, "'; expected adam, adamw, adagrad or lion"));
+      "unknown optimizer '", text, "'; expected adam, adamw, adagrad, lion or lamb"));
 }
 
 OptimizerHyperparams HyperparamsFromDeepSpeed(const OptimizerConfig& deepspeed) {
@@ -61,8 +63,10 @@ OptimizerHyperparams DefaultLionHyperparams() {
 
 absl::Status ValidateOptimizerHyperparams(const OptimizerHyperparams& config) {
   if (config.kind != OptimizerKind::kAdam && config.kind != OptimizerKind::kAdamW &&
-      config.kind != OptimizerKind::kAdagrad && config.kind != OptimizerKind::kLion) {
-    return absl::InvalidArgumentError("optimizer kind is not one of adam, adamw, adagrad, lion");
+      config.kind != OptimizerKind::kAdagrad && config.kind != OptimizerKind::kLion &&
+      config.kind != OptimizerKind::kLamb) {
+    return absl::InvalidArgumentError(
+        "optimizer kind is not one of adam, adamw, adagrad, lion, lamb");
   }
   if (auto s = CheckNonNegative("lr", config.lr); !s.ok()) return s;
   if (auto s = CheckNonNegative("eps", config.eps); !s.ok()) return s;
@@ -76,6 +80,14 @@ absl::Status ValidateOptimizerHyperparams(const OptimizerHyperparams& config) {
   if (config.kind != OptimizerKind::kAdagrad) {
     if (auto s = CheckBeta("beta1", config.beta1); !s.ok()) return s;
     if (auto s = CheckBeta("beta2", config.beta2); !s.ok()) return s;
+  }
+  if (config.kind == OptimizerKind::kLamb) {
+    if (auto s = CheckNonNegative("max_coeff", config.max_coeff); !s.ok()) return s;
+    if (auto s = CheckNonNegative("min_coeff", config.min_coeff); !s.ok()) return s;
+    if (config.min_coeff > config.max_coeff) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lamb min_coeff ", config.min_coeff, " is above max_coeff ", config.max_coeff));
+    }
   }
   if (config.amsgrad && config.kind != OptimizerKind::kAdam &&
       config.kind != OptimizerKind::kAdamW) {
@@ -91,6 +103,7 @@ StateLayout StateLayoutFor(const OptimizerHyperparams& config) {
   switch (config.kind) {
     case OptimizerKind::kAdam:
     case OptimizerKind::kAdamW:
+    case OptimizerKind::kLamb:
       layout.exp_avg_sq = true;
       layout.max_exp_avg_sq = config.amsgrad;
       break;
@@ -140,6 +153,17 @@ StepScalars ComputeStepScalars(const OptimizerHyperparams& config, int64_t step,
       s.neg_step_size = static_cast<float>(-clr);
       break;
     }
+    case OptimizerKind::kLamb:
+      // neg_step_size here is -step_size alone; LambApplyScalars (lamb.h)
+      // folds in the trust ratio.
+      s.beta1 = static_cast<float>(config.beta1);
+      s.one_minus_beta1 = static_cast<float>(1.0 - config.beta1);
+      s.beta2 = static_cast<float>(config.beta2);
+      s.one_minus_beta2 = static_cast<float>(1.0 - config.beta2);
+      s.weight_decay = static_cast<float>(config.weight_decay);
+      s.eps_inside_sqrt = config.eps_inside_sqrt;
+      s.neg_step_size = static_cast<float>(-LambStepSize(config, step));
+      break;
     case OptimizerKind::kLion:
       s.beta1 = static_cast<float>(config.beta1);
       s.one_minus_beta1 = static_cast<float>(1.0 - config.beta1);

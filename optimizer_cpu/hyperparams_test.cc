@@ -1,6 +1,7 @@
 #include "optimizer_cpu/hyperparams.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 
 #include "gtest/gtest.h"
@@ -12,7 +13,7 @@ namespace {
 
 TEST(HyperparamsTest, DefaultsAreValidForEveryKind) {
   for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamW, OptimizerKind::kAdagrad,
-                             OptimizerKind::kLion}) {
+                             OptimizerKind::kLion, OptimizerKind::kLamb}) {
     OptimizerHyperparams h;
     h.kind = kind;
     EXPECT_TRUE(ValidateOptimizerHyperparams(h).ok()) << OptimizerKindName(kind);
@@ -53,6 +54,66 @@ TEST(HyperparamsTest, BadValuesAreInvalidArgumentNamingTheField) {
   EXPECT_EQ(ValidateOptimizerHyperparams(h).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(HyperparamsTest, LambCoefficientsAndLayout) {
+  OptimizerHyperparams h;
+  h.kind = OptimizerKind::kLamb;
+  EXPECT_EQ(h.max_coeff, 10.0);  // FusedLamb's defaults
+  EXPECT_EQ(h.min_coeff, 0.01);
+  const StateLayout layout = StateLayoutFor(h);
+  EXPECT_TRUE(layout.exp_avg && layout.exp_avg_sq && !layout.max_exp_avg_sq);
+  for (auto mutate : std::initializer_list<void (*)(OptimizerHyperparams&)>{
+           [](OptimizerHyperparams& c) { c.max_coeff = -1; },
+           [](OptimizerHyperparams& c) { c.min_coeff = std::nan(""); },
+           [](OptimizerHyperparams& c) { c.min_coeff = 20; },
+           [](OptimizerHyperparams& c) { c.amsgrad = true; },
+           [](OptimizerHyperparams& c) { c.beta2 = 1; }}) {
+    OptimizerHyperparams bad = h;
+    mutate(bad);
+    EXPECT_EQ(ValidateOptimizerHyperparams(bad).code(), absl::StatusCode::kInvalidArgument);
+  }
+  // Trust ratio: ||p|| / ||update||, clamped, 1 when a norm is 0.
+  EXPECT_EQ(LambTrustRatio(h, {4.0, 1.0}), 2.0);
+  EXPECT_EQ(LambTrustRatio(h, {1e4, 1.0}), 10.0);
+  EXPECT_EQ(LambTrustRatio(h, {1.0, 1e6}), 0.01);
+  EXPECT_EQ(LambTrustRatio(h, {0.0, 5.0}), 1.0);
+  EXPECT_EQ(LambTrustRatio(h, {5.0, 0.0}), 1.0);
+  EXPECT_TRUE(std::isnan(LambTrustRatio(h, {std::nan(""), 1.0})));
+  // FusedLamb's step size: lr * sqrt(1 - b2^t) / (1 - b1^t).
+  EXPECT_DOUBLE_EQ(LambStepSize(h, 2), 1e-3 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.81));
+  EXPECT_EQ(LambApplyScalars(h, 2, 0.5).neg_step_size,
+            static_cast<float>(-(LambStepSize(h, 2) * 0.5)));
+  h.bias_correction = false;
+  EXPECT_EQ(LambStepSize(h, 7), 1e-3);
+}
+
+TEST(CpuOptimizerTest, LambPassesRejectBadCalls) {
+  auto opt = CpuOptimizer::Create(CpuOptimizerOptions{});
+  ASSERT_TRUE(opt.ok());
+  float p[3] = {1, 2, 3}, m[3] = {}, v[3] = {}, g[3] = {1, 1, 1};
+  StepSpans s;
+  s.size = 3;
+  s.params = p;
+  s.exp_avg = m;
+  s.exp_avg_sq = v;
+  s.grad = g;
+  OptimizerHyperparams h;  // AdamW: the LAMB passes refuse it
+  EXPECT_EQ((*opt)->LambMoments(h, 1, s).status().code(), absl::StatusCode::kInvalidArgument);
+  h.kind = OptimizerKind::kLamb;
+  EXPECT_EQ((*opt)->LambApply(h, 1, s, -1.0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*opt)->LambApply(h, 1, s, std::numeric_limits<double>::infinity()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*opt)->LambApply(h, 0, s, 1.0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p[0], 1.0f);
+  // Pass 2 reads no gradient.
+  StepSpans no_grad = s;
+  no_grad.grad = nullptr;
+  EXPECT_EQ((*opt)->LambMoments(h, 1, no_grad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*opt)->LambApply(h, 1, no_grad, 1.0).ok());
+  // A whole step moves the params.
+  ASSERT_TRUE((*opt)->Step(h, 1, s).ok());
+  EXPECT_NE(p[0], 1.0f);
+}
+
 TEST(HyperparamsTest, AdagradIgnoresBetas) {
   OptimizerHyperparams h;
   h.kind = OptimizerKind::kAdagrad;
@@ -63,6 +124,8 @@ TEST(HyperparamsTest, AdagradIgnoresBetas) {
 TEST(HyperparamsTest, ParsesKindNames) {
   EXPECT_EQ(*ParseOptimizerKind("AdamW"), OptimizerKind::kAdamW);
   EXPECT_EQ(*ParseOptimizerKind("lion"), OptimizerKind::kLion);
+  EXPECT_EQ(*ParseOptimizerKind("Lamb"), OptimizerKind::kLamb);
+  EXPECT_NE(ParseOptimizerKind("sgd").status().message().find("lamb"), absl::string_view::npos);
   EXPECT_EQ(ParseOptimizerKind("sgd").status().code(), absl::StatusCode::kInvalidArgument);
 }
 

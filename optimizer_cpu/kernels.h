@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "optimizer_cpu/hyperparams.h"
+#include "optimizer_cpu/lamb.h"
 #include "optimizer_cpu/step_spans.h"
 
 namespace strata::internal {
@@ -17,6 +18,10 @@ namespace strata::internal {
 void AdamRange(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end);
 void AdagradRange(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end);
 void LionRange(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end);
+// LAMB pass 1 (moments; the norms of [begin, end) in the order of lamb.h)
+// and pass 2 (params and 16-bit copy; s from LambApplyScalars).
+LambNorms LambMomentsRange(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end);
+void LambApplyRange(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end);
 
 bool HasInfOrNanRange(const GradView& grad, size_t begin, size_t end);
 // Sum of squares in double (exact products, double accumulation).

@@ -117,7 +117,7 @@ struct Case {
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamW, OptimizerKind::kAdagrad,
-                             OptimizerKind::kLion}) {
+                             OptimizerKind::kLion, OptimizerKind::kLamb}) {
     for (int variant = 0; variant < 4; ++variant) {
       OptimizerHyperparams c = kind == OptimizerKind::kLion ? DefaultLionHyperparams() : OptimizerHyperparams{};
       c.kind = kind;
@@ -126,6 +126,13 @@ std::vector<Case> AllCases() {
       c.amsgrad = (variant & 2) && (kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW);
       c.bias_correction = variant != 2;
       c.lr_decay = kind == OptimizerKind::kAdagrad && variant == 2 ? 0.01 : 0.0;
+      if (kind == OptimizerKind::kLamb) {
+        // eps under the root; trust ratios clamped from below and above
+        // (||p|| / ||update|| is near 1 for these buffers).
+        c.eps_inside_sqrt = variant == 2;
+        if (variant == 1) c.min_coeff = 3.0;
+        if (variant == 3) c.max_coeff = 0.5;
+      }
       for (DType g : {DType::kFp32, DType::kFp16, DType::kBf16}) {
         for (std::optional<DType> out :
              {std::optional<DType>(), std::optional<DType>(DType::kFp16),
@@ -322,6 +329,66 @@ TEST_P(KernelTargetTest, SquaredL2NormMatchesReference) {
       const double got = *optimizer_->SquaredL2Norm(view);
       // Both sum exact squares in double, in different orders.
       EXPECT_NEAR(got, expected, 1e-13 * expected + 1e-300) << DTypeName(dtype) << " n=" << n;
+    }
+  }
+}
+
+// LAMB's first pass alone: the norms and moments, bit for bit, over lengths
+// that cross the 16-lane groups and the 32Ki-element blocks, and a tensor
+// stepped as two ranges (as the daemon does with sub-groups).
+TEST_P(KernelTargetTest, LambNormsAndRangesMatchReference) {
+  std::mt19937 rng(307);
+  OptimizerHyperparams c;
+  c.kind = OptimizerKind::kLamb;
+  c.weight_decay = 0.01;
+  for (DType g : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{1000}, size_t{32768}, size_t{70001}}) {
+      SCOPED_TRACE(testing::Message() << "grad=" << DTypeName(g) << " n=" << n);
+      Buffers ours = MakeBuffers(n, 1, g, false, rng);
+      Buffers ref = ours;
+      auto norms = optimizer_->LambMoments(c, 2, SpansOf(ours, c, n, 1, g, DType::kFp16), 0.5f);
+      ASSERT_TRUE(norms.ok()) << norms.status();
+      auto expected = ReferenceLambMoments(c, 2, SpansOf(ref, c, n, 1, g, DType::kFp16), 0.5f);
+      ASSERT_TRUE(expected.ok());
+      EXPECT_EQ(norms->param_sq, expected->param_sq);
+      EXPECT_EQ(norms->update_sq, expected->update_sq);
+      ASSERT_EQ(ours.exp_avg, ref.exp_avg);
+      ASSERT_EQ(ours.exp_avg_sq, ref.exp_avg_sq);
+      // Two ranges of one tensor: norms added, one ratio, applied per range.
+      const size_t half = n / 3;
+      StepSpans all = SpansOf(ours, c, n, 1, g, DType::kFp16);
+      StepSpans lo = all, hi = all;
+      lo.size = half;
+      hi.size = n - half;
+      hi.params += half;
+      hi.exp_avg += half;
+      hi.exp_avg_sq += half;
+      hi.grad = static_cast<const uint8_t*>(hi.grad) + half * DTypeSize(g);
+      hi.param_out = static_cast<uint16_t*>(hi.param_out) + half;
+      StepSpans all_ref = SpansOf(ref, c, n, 1, g, DType::kFp16);
+      LambNorms sum = *optimizer_->LambMoments(c, 3, lo);
+      sum += *optimizer_->LambMoments(c, 3, hi);
+      const double ratio = LambTrustRatio(c, sum);
+      ASSERT_TRUE(optimizer_->LambApply(c, 3, lo, ratio).ok());
+      ASSERT_TRUE(optimizer_->LambApply(c, 3, hi, ratio).ok());
+      StepSpans ref_lo = all_ref, ref_hi = all_ref;
+      ref_lo.size = half;
+      ref_hi = hi;  // same offsets, into the reference's buffers
+      ref_hi.params = ref.params.data() + 1 + half;
+      ref_hi.exp_avg = ref.exp_avg.data() + 1 + half;
+      ref_hi.exp_avg_sq = ref.exp_avg_sq.data() + 1 + half;
+      ref_hi.grad = ref.grad.data() + (1 + half) * DTypeSize(g);
+      ref_hi.param_out = ref.out.data() + 1 + half;
+      LambNorms ref_sum = *ReferenceLambMoments(c, 3, ref_lo);
+      ref_sum += *ReferenceLambMoments(c, 3, ref_hi);
+      ASSERT_EQ(sum.param_sq, ref_sum.param_sq);
+      ASSERT_EQ(sum.update_sq, ref_sum.update_sq);
+      ASSERT_TRUE(ReferenceLambApply(c, 3, ref_lo, ratio).ok());
+      ASSERT_TRUE(ReferenceLambApply(c, 3, ref_hi, ratio).ok());
+      for (size_t i = 0; i < n + 1; ++i) {
+        ASSERT_TRUE(SameFloat(ours.params[i], ref.params[i])) << "param " << i;
+        ASSERT_EQ(ours.out[i], ref.out[i]) << "param_out " << i;
+      }
     }
   }
 }

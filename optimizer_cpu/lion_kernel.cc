@@ -20,11 +20,13 @@ namespace HWY_NAMESPACE {
 namespace {
 
 template <DType kGrad, bool kHasOut, DType kOut>
-void LionTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
+void LionTyped(const StepScalars& scalars, const StepSpans& spans, size_t begin, size_t end) {
+  const StepScalars s = scalars;  // see AdamTyped
+  const void* grad = spans.grad;
   float* HWY_RESTRICT params = spans.params;
   float* HWY_RESTRICT exp_avg = spans.exp_avg;
-  auto element = [&](auto d, size_t i, auto stream_out) HWY_ATTR {
-    auto g = hn::Mul(LoadAsF32<kGrad>(d, spans.grad, i), hn::Set(d, s.grad_scale));
+  auto element = [&](auto d, size_t i) STRATA_LANES {
+    auto g = hn::Mul(LoadAsF32<kGrad>(d, grad, i), hn::Set(d, s.grad_scale));
     if (s.maximize) g = hn::Neg(g);
     auto p = hn::Mul(hn::LoadU(d, params + i), hn::Set(d, s.decay_factor));
     const auto m = hn::LoadU(d, exp_avg + i);
@@ -37,9 +39,9 @@ void LionTyped(const StepScalars& s, const StepSpans& spans, size_t begin, size_
     const auto m_new = hn::Add(hn::Mul(m, hn::Set(d, s.beta2)), hn::Mul(g, hn::Set(d, s.one_minus_beta2)));
     hn::StoreU(m_new, d, exp_avg + i);
     hn::StoreU(p, d, params + i);
-    if constexpr (kHasOut) StoreParamOut<kOut>(d, p, spans.param_out, i, stream_out);
+    return p;
   };
-  ForEachStepLane<kHasOut>(begin, end, spans.param_out, element);
+  ForEachStepLane<kHasOut, kOut>(begin, end, spans.param_out, element);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "optimizer_cpu/reference_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/status_macros.h"
@@ -78,7 +79,68 @@ void LionElement(const StepScalars& s, const StepSpans& spans, size_t i) {
   StoreOut(spans, i, p);
 }
 
+// LAMB's update from the new moments and the param before the step.
+float LambUpdate(const StepScalars& s, float p, float m, float v) {
+  const float denom = s.eps_inside_sqrt ? std::sqrt(v + s.eps) : std::sqrt(v) + s.eps;
+  float update = m / denom;
+  if (s.weight_decay != 0.0f) update = update + s.weight_decay * p;
+  return update;
+}
+
+absl::Status CheckLambCall(const OptimizerHyperparams& config, int64_t step) {
+  STRATA_RETURN_IF_ERROR(ValidateOptimizerHyperparams(config));
+  if (config.kind != OptimizerKind::kLamb) return absl::InvalidArgumentError("not lamb");
+  if (step < 1) return absl::InvalidArgumentError("step numbers start at 1");
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<LambNorms> ReferenceLambMoments(const OptimizerHyperparams& config, int64_t step,
+                                               const StepSpans& spans, float grad_scale) {
+  STRATA_RETURN_IF_ERROR(CheckLambCall(config, step));
+  STRATA_RETURN_IF_ERROR(ValidateStepSpans(config, spans));
+  const StepScalars s = ComputeStepScalars(config, step, grad_scale);
+  LambNorms total;
+  for (size_t block = 0; block < spans.size; block += kLambNormBlock) {
+    double p_sums[kLambNormLanes] = {};
+    double u_sums[kLambNormLanes] = {};
+    const size_t end = std::min(spans.size, block + kLambNormBlock);
+    for (size_t i = block; i < end; ++i) {
+      const float g = LoadGrad(s, spans, i);
+      const float p = spans.params[i];
+      const float m = spans.exp_avg[i] * s.beta1 + g * s.one_minus_beta1;
+      const float v = spans.exp_avg_sq[i] * s.beta2 + (s.one_minus_beta2 * g) * g;
+      spans.exp_avg[i] = m;
+      spans.exp_avg_sq[i] = v;
+      const double pd = p;
+      const double ud = LambUpdate(s, p, m, v);
+      p_sums[(i - block) % kLambNormLanes] += pd * pd;
+      u_sums[(i - block) % kLambNormLanes] += ud * ud;
+    }
+    LambNorms norms;
+    for (size_t k = 0; k < kLambNormLanes; ++k) {
+      norms.param_sq += p_sums[k];
+      norms.update_sq += u_sums[k];
+    }
+    total += norms;
+  }
+  return total;
+}
+
+absl::Status ReferenceLambApply(const OptimizerHyperparams& config, int64_t step,
+                                const StepSpans& spans, double trust_ratio) {
+  STRATA_RETURN_IF_ERROR(CheckLambCall(config, step));
+  STRATA_RETURN_IF_ERROR(ValidateApplySpans(config, spans));
+  const StepScalars s = LambApplyScalars(config, step, trust_ratio);
+  for (size_t i = 0; i < spans.size; ++i) {
+    float p = spans.params[i];
+    p = p + s.neg_step_size * LambUpdate(s, p, spans.exp_avg[i], spans.exp_avg_sq[i]);
+    spans.params[i] = p;
+    StoreOut(spans, i, p);
+  }
+  return absl::OkStatus();
+}
 
 float ReferenceLoad(const void* data, DType dtype, size_t i) {
   switch (dtype) {
@@ -111,6 +173,11 @@ absl::Status ReferenceStep(const OptimizerHyperparams& config, int64_t step,
   STRATA_RETURN_IF_ERROR(ValidateOptimizerHyperparams(config));
   STRATA_RETURN_IF_ERROR(ValidateStepSpans(config, spans));
   if (step < 1) return absl::InvalidArgumentError("step numbers start at 1");
+  if (config.kind == OptimizerKind::kLamb) {
+    STRATA_ASSIGN_OR_RETURN(const LambNorms norms,
+                            ReferenceLambMoments(config, step, spans, grad_scale));
+    return ReferenceLambApply(config, step, spans, LambTrustRatio(config, norms));
+  }
   const StepScalars s = ComputeStepScalars(config, step, grad_scale);
   for (size_t i = 0; i < spans.size; ++i) {
     switch (config.kind) {
@@ -124,6 +191,8 @@ absl::Status ReferenceStep(const OptimizerHyperparams& config, int64_t step,
       case OptimizerKind::kLion:
         LionElement(s, spans, i);
         break;
+      case OptimizerKind::kLamb:
+        break;  // above
     }
   }
   return absl::OkStatus();

@@ -10,16 +10,25 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/dtype.h"
 #include "optimizer_cpu/hyperparams.h"
+#include "optimizer_cpu/lamb.h"
 #include "optimizer_cpu/step_spans.h"
 
 namespace strata {
 
-// One step (step >= 1, counted from 1 as torch does) over all of `spans`.
-// Returns the errors of ValidateOptimizerHyperparams / ValidateStepSpans.
+// One step (step >= 1, counted from 1 as torch does) over all of `spans`
+// (LAMB: one whole tensor). Returns the errors of
+// ValidateOptimizerHyperparams / ValidateStepSpans.
 absl::Status ReferenceStep(const OptimizerHyperparams& config, int64_t step,
                            const StepSpans& spans, float grad_scale = 1.0f);
+
+// LAMB's two passes (lamb.h), the sums in the order lamb.h fixes.
+absl::StatusOr<LambNorms> ReferenceLambMoments(const OptimizerHyperparams& config, int64_t step,
+                                               const StepSpans& spans, float grad_scale = 1.0f);
+absl::Status ReferenceLambApply(const OptimizerHyperparams& config, int64_t step,
+                                const StepSpans& spans, double trust_ratio);
 
 // Reads element i of a gradient buffer of the given dtype as fp32.
 float ReferenceLoad(const void* data, DType dtype, size_t i);

@@ -21,11 +21,7 @@ absl::Status CheckSpan(const OptimizerHyperparams& config, const char* name,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status ValidateStepSpans(const OptimizerHyperparams& config, const StepSpans& spans) {
-  if (auto s = ValidateStateSpans(config, spans); !s.ok()) return s;
-  if (auto s = CheckSpan(config, "grad", spans.grad, true, spans.size); !s.ok()) return s;
+absl::Status CheckParamOut(const StepSpans& spans) {
   if ((spans.param_out != nullptr) != spans.param_out_dtype.has_value()) {
     return absl::InvalidArgumentError(
         "step: param_out and param_out_dtype must be given together");
@@ -35,6 +31,19 @@ absl::Status ValidateStepSpans(const OptimizerHyperparams& config, const StepSpa
         "step: param_out_dtype must be fp16 or bf16; the fp32 params are updated in place");
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateStepSpans(const OptimizerHyperparams& config, const StepSpans& spans) {
+  if (auto s = ValidateStateSpans(config, spans); !s.ok()) return s;
+  if (auto s = CheckSpan(config, "grad", spans.grad, true, spans.size); !s.ok()) return s;
+  return CheckParamOut(spans);
+}
+
+absl::Status ValidateApplySpans(const OptimizerHyperparams& config, const StepSpans& spans) {
+  if (auto s = ValidateStateSpans(config, spans); !s.ok()) return s;
+  return CheckParamOut(spans);
 }
 
 absl::Status ValidateStateSpans(const OptimizerHyperparams& config, const StepSpans& spans) {

@@ -48,6 +48,8 @@ absl::Status ValidateStepSpans(const OptimizerHyperparams& config, const StepSpa
 // The params and state checks of ValidateStepSpans only (grad and param_out
 // are not looked at), for state initialization.
 absl::Status ValidateStateSpans(const OptimizerHyperparams& config, const StepSpans& spans);
+// ValidateStepSpans without the gradient (LAMB's second pass reads none).
+absl::Status ValidateApplySpans(const OptimizerHyperparams& config, const StepSpans& spans);
 
 }  // namespace strata
 
