@@ -168,9 +168,9 @@ void RunJob(std::vector<StrataClient*> clients, const std::string& name, Trace* 
 }
 
 TEST(DaemonMultinodeTest, TwoDaemonsOfTwoRanksEqualOneDaemonOfFourBitForBit) {
-  DaemonProcess one(TestDir("one"));
-  DaemonProcess node0(TestDir("node0"));
-  DaemonProcess node1(TestDir("node1"));
+  CleanDaemon one(TestDir("one"));
+  CleanDaemon node0(TestDir("node0"));
+  CleanDaemon node1(TestDir("node1"));
   ASSERT_TRUE(one.Start());
   ASSERT_TRUE(node0.Start());
   ASSERT_TRUE(node1.Start());
@@ -206,7 +206,7 @@ TEST(DaemonMultinodeTest, TwoDaemonsOfTwoRanksEqualOneDaemonOfFourBitForBit) {
 }
 
 TEST(DaemonMultinodeTest, AgreementErrorsNameTheProblem) {
-  DaemonProcess daemon(TestDir("errors"));
+  CleanDaemon daemon(TestDir("errors"));
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
   JobSpec spec = Spec("node");

@@ -174,7 +174,7 @@ void RunSupplied(StrataClient& client, const std::string& name, bool infinity) {
 
 TEST(DaemonPartitionTest, SuppliedPartitionsStepBitForBitInOffloadAndInfinity) {
   const std::string dir = TestDir("ok");
-  DaemonProcess daemon(dir);
+  CleanDaemon daemon(dir);
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
   RunSupplied(*client, "flat", /*infinity=*/false);
@@ -211,7 +211,7 @@ TEST(DaemonPartitionTest, SuppliedPartitionsStepBitForBitInOffloadAndInfinity) {
 }
 
 TEST(DaemonPartitionTest, BadPartitionsAreRefusedNamingTheProblem) {
-  DaemonProcess daemon(TestDir("bad"));
+  CleanDaemon daemon(TestDir("bad"));
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
   ASSERT_TRUE(client->CreateJob(Spec("job", false)).ok());
