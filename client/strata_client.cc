@@ -108,6 +108,8 @@ absl::StatusOr<uint64_t> StrataClient::CreateJob(const JobSpec& spec) {
   request.set_pinned_budget_bytes(spec.pinned_budget_bytes);
   request.set_device_budget_bytes(spec.device_budget_bytes);
   request.set_attach_if_exists(spec.attach_if_exists);
+  request.mutable_local_ranks()->Add(spec.local_ranks.begin(), spec.local_ranks.end());
+  request.set_external_step_agreement(spec.external_step_agreement);
   grpc::ClientContext context;
   connection_->SetDeadline(&context, connection_->options.rpc_timeout);
   strata::v1::CreateJobResponse response;
@@ -260,7 +262,8 @@ DType RankSession::param_dtype() const { return state_->param_dtype; }
 DType RankSession::grad_dtype() const { return state_->grad_dtype; }
 uint32_t RankSession::stage() const { return state_->stage; }
 
-absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors) {
+absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors,
+                                         absl::Span<const ShardLayoutSpec> partition) {
   State& st = *state_;
   if (st.region != nullptr) {
     return absl::FailedPreconditionError("tensors are already registered and mapped in this session");
@@ -271,6 +274,19 @@ absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors) 
     auto* info = request.add_tensors();
     info->set_name(t.name);
     info->set_numel(t.numel);
+    info->set_group(t.group);
+  }
+  for (const ShardLayoutSpec& shard : partition) {
+    auto* out = request.add_partition();
+    out->set_index(shard.index);
+    out->set_padded_numel(shard.padded_numel);
+    for (const OwnedRange& r : shard.ranges) {
+      auto* range = out->add_ranges();
+      range->set_tensor(r.tensor.value());
+      range->set_tensor_offset(r.tensor_offset);
+      range->set_numel(r.numel);
+      range->set_shard_offset(r.shard_offset);
+    }
   }
   strata::v1::RegisterTensorsResponse response;
   {
@@ -345,12 +361,49 @@ absl::Status RankSession::InitParams() {
                      state_->connection->options.step_timeout);
 }
 
+absl::Status RankSession::BeginStep(uint64_t step, absl::Span<const GroupHyperparams> groups) {
+  strata::v1::BeginStepRequest request;
+  request.set_step(step);
+  for (const GroupHyperparams& g : groups) {
+    auto* out = request.add_groups();
+    out->set_lr(g.lr);
+    out->set_beta1(g.beta1);
+    out->set_beta2(g.beta2);
+    out->set_eps(g.eps);
+    out->set_weight_decay(g.weight_decay);
+    out->set_lr_decay(g.lr_decay);
+  }
+  strata::v1::BeginStepResponse response;
+  return SessionCall(*state_, &strata::v1::Strata::Stub::BeginStep, "BeginStep", request, &response,
+                     state_->connection->options.rpc_timeout);
+}
+
 absl::Status RankSession::GradReady(uint32_t index, uint64_t step) {
   strata::v1::GradReadyRequest request;
   request.set_index(index);
   request.set_step(step);
   strata::v1::GradReadyResponse response;
   return SessionCall(*state_, &strata::v1::Strata::Stub::GradReady, "GradReady", request, &response,
+                     state_->connection->options.rpc_timeout);
+}
+
+absl::StatusOr<LocalStepStats> RankSession::PrepareStep(uint64_t step) {
+  strata::v1::PrepareStepRequest request;
+  request.set_step(step);
+  strata::v1::PrepareStepResponse response;
+  absl::Status s = SessionCall(*state_, &strata::v1::Strata::Stub::PrepareStep, "PrepareStep", request, &response,
+                               state_->connection->options.step_timeout);
+  if (!s.ok()) return s;
+  return LocalStepStats{response.overflow(), response.squared_norm()};
+}
+
+absl::Status RankSession::CommitStep(uint64_t step, bool overflow, double squared_norm) {
+  strata::v1::CommitStepRequest request;
+  request.set_step(step);
+  request.set_overflow(overflow);
+  request.set_squared_norm(squared_norm);
+  strata::v1::CommitStepResponse response;
+  return SessionCall(*state_, &strata::v1::Strata::Stub::CommitStep, "CommitStep", request, &response,
                      state_->connection->options.rpc_timeout);
 }
 

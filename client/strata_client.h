@@ -8,6 +8,7 @@
 //   // write initial params into each shard's param slot, then
 //   rank->InitParams();
 //   for (step = 0; ...; ++step) {
+//     rank->BeginStep(step, groups);  // optional: this step's lr, betas, ... per param group
 //     // ZeRO-Offload: after backward and your own reduce-scatter, copy this
 //     // rank's gradient partition into shard.grad and signal it:
 //     for (auto& shard : rank->shards()) { fill(shard.grad); rank->GradReady(shard.index, step); }
@@ -20,6 +21,11 @@
 // brought them up already); read shard.param; Release() after the layer.
 // Gradients and steps work as in offload mode. Call IterationBoundary() once
 // per training iteration so the prefetcher can learn the access order.
+//
+// Several daemons (one per node) serve one job when each is created with its
+// JobSpec::local_ranks and external_step_agreement: after GradReady, every
+// rank calls PrepareStep, all-reduces the stats with its peers (torch.distributed)
+// and calls CommitStep with the global values before WaitStep.
 //
 // Every call returns a Status and has a deadline (ClientOptions): none blocks
 // forever. A rank that dies loses its pins, not its state: Attach again with
@@ -69,6 +75,17 @@ struct JobSpec {
   uint64_t pinned_budget_bytes = 0;  // 0 = daemon default
   uint64_t device_budget_bytes = 0;
   bool attach_if_exists = false;
+  // One daemon per node: the ranks this daemon serves (empty = all).
+  std::vector<uint32_t> local_ranks;
+  // Steps are decided by PrepareStep/CommitStep across daemons.
+  bool external_step_agreement = false;
+};
+
+// A daemon's share of a step (PrepareStep), to all-reduce across daemons:
+// overflow with MAX/OR, squared_norm with SUM.
+struct LocalStepStats {
+  bool overflow = false;
+  double squared_norm = 0;  // of the loss-scaled gradients of this daemon's ranks
 };
 
 struct JobSummary {
@@ -83,6 +100,13 @@ struct JobSummary {
 struct TensorDesc {
   std::string name;
   uint64_t numel = 0;
+  uint32_t group = 0;  // param group: BeginStep's index for this tensor
+};
+
+// One param group's hyperparameters for one step (BeginStep). Every value is
+// used as given: fill all that the job's optimizer kind reads.
+struct GroupHyperparams {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, lr_decay = 0;
 };
 
 // One shard this rank exchanges with the daemon. `ranges` say which tensor
@@ -95,6 +119,9 @@ struct ShardView {
   std::byte* grad = nullptr;
   std::byte* param = nullptr;
 };
+
+// A shard of a trainer-supplied partition (see RegisterTensors).
+using ShardLayoutSpec = ShardLayout;
 
 struct StepResult {
   bool skipped = false;      // some rank's gradients overflowed; params unchanged
@@ -149,7 +176,15 @@ class RankSession {
   // Registers the model's tensors (every rank sends the same list) and maps
   // this rank's shared region. After a re-attach, call it again with the same
   // list to map the region.
-  absl::Status RegisterTensors(absl::Span<const TensorDesc> tensors);
+  //
+  // `partition`, when given, is this rank's own partition (the trainer's,
+  // e.g. DeepSpeed's or FSDP's): shard i with index i, padded_numel and the
+  // tensor ranges it holds (OwnedRange::tensor = index in `tensors`). Every
+  // rank must then send one, and together they must own every element of
+  // every tensor exactly once; the daemon refuses anything else naming the
+  // problem. shards() then follows it.
+  absl::Status RegisterTensors(absl::Span<const TensorDesc> tensors,
+                               absl::Span<const ShardLayoutSpec> partition = {});
   absl::Span<ShardView> shards();
   DType param_dtype() const;
   DType grad_dtype() const;
@@ -157,7 +192,20 @@ class RankSession {
 
   // The trainer wrote its initial params into every shard's param slot.
   absl::Status InitParams();
+  // Sets step `step`'s hyperparameters per param group (groups[g] for group
+  // g), before the step's first GradReady. Optional: a step without it keeps
+  // the last ones set (the job's optimizer settings before any). Any rank may
+  // send it; every rank that does must send the same values.
+  absl::Status BeginStep(uint64_t step, absl::Span<const GroupHyperparams> groups);
   absl::Status GradReady(uint32_t index, uint64_t step);
+  // Jobs with external_step_agreement: after the step's GradReady calls,
+  // PrepareStep waits for every local rank's gradients and returns this
+  // daemon's share; CommitStep hands back the all-reduced values, after which
+  // WaitStep works as usual. The shares added in node order give the bits
+  // one daemon holding every rank computes when there are 2^k nodes each
+  // holding a contiguous, equal run of ranks (docs/DAEMON.md).
+  absl::StatusOr<LocalStepStats> PrepareStep(uint64_t step);
+  absl::Status CommitStep(uint64_t step, bool overflow, double squared_norm);
   absl::StatusOr<StepResult> WaitStep(uint64_t step);
 
   absl::Status Acquire(absl::Span<const uint32_t> indices);

@@ -15,6 +15,8 @@ namespace strata {
 namespace {
 
 constexpr uint64_t kPage = 4096;
+// Param groups per job; torch models rarely have more than a handful.
+constexpr uint32_t kMaxGroups = 4096;
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
@@ -111,17 +113,13 @@ uint64_t Job::params() const {
   return total;
 }
 
-absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt) {
+absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt,
+                                     const std::vector<std::vector<ShardLayout>>* supplied) {
   PartitionSpec spec;
   spec.stage = settings_.stage;
   spec.world_size = settings_.world_size;
   spec.tensors = tensors;
   STRATA_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
-  // The optimizer states' partition decides what each rank's daemon-side
-  // shards hold (stage 1/2: one flat shard cut into sub-groups; stage 3: one
-  // shard per tensor).
-  STRATA_ASSIGN_OR_RETURN(std::vector<RankLayout> layouts,
-                          PartitionState(spec, StateClass::kOptimizerStates));
   const StateLayout state_layout = StateLayoutFor(settings_.optimizer);
   if (settings_.mode == strata::v1::MODE_INFINITY) {
     STRATA_ASSIGN_OR_RETURN(states_, NvmeShardStateStore::Create(id_, state_layout, services_.nvme,
@@ -129,44 +127,50 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
   } else {
     states_ = std::make_unique<HostShardStateStore>(state_layout);
   }
-  const uint64_t align = AlignmentElements(spec.alignment_bytes);
-  const uint64_t grad_bytes = DTypeSize(settings_.grad_dtype);
-  const uint64_t param_bytes = DTypeSize(settings_.param_dtype);
   ranks_.resize(settings_.world_size);
-  uint64_t largest_param_slot = 0, total_param_bytes = 0;
   for (uint32_t r = 0; r < settings_.world_size; ++r) {
-    RankState& rank = ranks_[r];
-    std::vector<ShardLayout> shards =
-        settings_.stage == 3 ? layouts[r].shards
-                             : SplitSubGroups(layouts[r].shards.at(0), settings_.sub_group_size, align);
-    uint64_t offset = 0;
-    for (ShardLayout& shard : shards) {
-      ExchangeSlot slot;
-      slot.grad_offset = offset;
-      offset += RoundUp(shard.padded_numel * grad_bytes, kPage);
-      slot.param_offset = offset;
-      const uint64_t pbytes = RoundUp(shard.padded_numel * param_bytes, kPage);
-      offset += pbytes;
-      largest_param_slot = std::max(largest_param_slot, pbytes);
-      total_param_bytes += pbytes;
-      slot.layout = std::move(shard);
-      rank.slots.push_back(std::move(slot));
+    if (!settings_.IsLocal(r)) {
+      // Served by another daemon: no slots, no states, nothing to wait for.
+      ranks_[r].initialized = true;
     }
-    PinnedArenaOptions options;
-    options.name = absl::StrCat("strata-job", id_, "-rank", r);
-    options.size_bytes = std::max<uint64_t>(offset, kPage);
-    STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
-    rank.grad_ready.assign(rank.slots.size(), false);
-    rank.applied.assign(rank.slots.size(), false);
-    for (const ExchangeSlot& slot : rank.slots) {
-      STRATA_RETURN_IF_ERROR(adopt ? states_->Adopt(r, slot.layout.index, slot.layout.padded_numel)
-                                   : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
+  }
+  if (supplied == nullptr) {
+    // The optimizer states' partition decides what each rank's daemon-side
+    // shards hold (stage 1/2: one flat shard cut into sub-groups; stage 3:
+    // one shard per tensor).
+    STRATA_ASSIGN_OR_RETURN(std::vector<RankLayout> layouts,
+                            PartitionState(spec, StateClass::kOptimizerStates));
+    const uint64_t align = AlignmentElements(spec.alignment_bytes);
+    for (uint32_t r = 0; r < settings_.world_size; ++r) {
+      if (!settings_.IsLocal(r)) continue;
+      STRATA_RETURN_IF_ERROR(BuildRankLocked(
+          r,
+          settings_.stage == 3 ? layouts[r].shards
+                               : SplitSubGroups(layouts[r].shards.at(0), settings_.sub_group_size, align),
+          adopt));
+    }
+  } else {
+    for (uint32_t r = 0; r < supplied->size() && r < settings_.world_size; ++r) {
+      if (!settings_.IsLocal(r) || (*supplied)[r].empty()) continue;
+      STRATA_RETURN_IF_ERROR(BuildRankLocked(r, (*supplied)[r], adopt));
     }
   }
   if (settings_.mode == strata::v1::MODE_INFINITY) {
+    uint64_t largest_param_slot = 0, total_param_bytes = 0, built = 0;
+    for (const RankState& rank : ranks_) {
+      if (!rank.built) continue;
+      ++built;
+      for (const ExchangeSlot& slot : rank.slots) {
+        const uint64_t pbytes = RoundUp(slot.layout.padded_numel * DTypeSize(settings_.param_dtype), kPage);
+        largest_param_slot = std::max(largest_param_slot, pbytes);
+        total_param_bytes += pbytes;
+      }
+    }
     uint64_t budget = settings_.pinned_budget_bytes;
-    if (budget == 0) budget = total_param_bytes;  // everything may stay up
+    // Everything may stay up (ranks not yet registered are assumed alike).
+    if (budget == 0 && built > 0) budget = total_param_bytes / built * settings_.world_size;
     budget = std::max(budget, 2 * largest_param_slot);
+    param_budget_ = budget;
     param_cache_ = std::make_unique<ParamCache>(
         id_, settings_.world_size, services_.nvme, services_.nvme_mu,
         [this](uint32_t r, uint32_t index) {
@@ -179,8 +183,283 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
   return absl::OkStatus();
 }
 
-absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors) {
+absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, bool adopt) {
+  RankState& rank = ranks_[r];
+  const uint64_t grad_bytes = DTypeSize(settings_.grad_dtype);
+  const uint64_t param_bytes = DTypeSize(settings_.param_dtype);
+  // Sizes may come from a trainer: every product and sum is checked.
+  uint64_t offset = 0;
+  std::vector<ExchangeSlot> slots;
+  for (ShardLayout& shard : shards) {
+    ExchangeSlot slot;
+    uint64_t gbytes = 0, pbytes = 0;
+    if (__builtin_mul_overflow(shard.padded_numel, grad_bytes, &gbytes) ||
+        __builtin_mul_overflow(shard.padded_numel, param_bytes, &pbytes) || gbytes > (1ull << 50) ||
+        pbytes > (1ull << 50)) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", r, " shard ", shard.index, " of ",
+                                                     shard.padded_numel, " elements is too large"));
+    }
+    slot.grad_offset = offset;
+    offset += RoundUp(gbytes, kPage);
+    slot.param_offset = offset;
+    offset += RoundUp(pbytes, kPage);
+    if (offset > (1ull << 52)) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", r, "'s shards are too large in total"));
+    }
+    if (param_cache_ != nullptr && 2 * RoundUp(pbytes, kPage) > param_budget_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", r, " shard ", shard.index, " needs ", RoundUp(pbytes, kPage),
+          " bytes of param slot, more than half the job's pinned budget of ", param_budget_,
+          " bytes (raise pinned_budget_bytes or cut the shard)"));
+    }
+    slot.layout = std::move(shard);
+    slots.push_back(std::move(slot));
+  }
+  PinnedArenaOptions options;
+  options.name = absl::StrCat("strata-job", id_, "-rank", r);
+  options.size_bytes = std::max<uint64_t>(offset, kPage);
+  STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
+  rank.slots = std::move(slots);
+  rank.grad_ready.assign(rank.slots.size(), false);
+  rank.applied.assign(rank.slots.size(), false);
+  for (const ExchangeSlot& slot : rank.slots) {
+    STRATA_RETURN_IF_ERROR(adopt ? states_->Adopt(r, slot.layout.index, slot.layout.padded_numel)
+                                 : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
+  }
+  ComputeGroupRunsLocked(rank);
+  rank.built = true;
+  return absl::OkStatus();
+}
+
+absl::Status Job::AdmitPartitionLocked(uint32_t rank, const std::vector<ShardLayout>& shards) {
+  // Padding is the trainer's business, but a shard may not be larger than the
+  // model plus an alignment's worth per tensor (saturating: sizes come from
+  // the trainer).
+  uint64_t max_padded = 4096;
+  for (const TensorSpec& t : tensors_) {
+    if (__builtin_add_overflow(max_padded, t.numel, &max_padded) ||
+        __builtin_add_overflow(max_padded, uint64_t{4096}, &max_padded)) {
+      max_padded = UINT64_MAX;
+      break;
+    }
+  }
+  if (shards.size() > (1u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("partition of rank ", rank, " has ", shards.size(),
+                                                   " shards; at most ", 1u << 20, " are allowed"));
+  }
+  std::vector<std::map<uint64_t, std::pair<uint64_t, uint32_t>>> owned = owned_;
+  owned.resize(tensors_.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardLayout& shard = shards[i];
+    const std::string where = absl::StrCat("partition of rank ", rank, ", shard ", i);
+    if (shard.index != i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " has index ", shard.index, "; shard i must have index i"));
+    }
+    if (shard.padded_numel == 0 || shard.padded_numel > max_padded) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": padded_numel ", shard.padded_numel,
+                                                     " is not in 1..", max_padded));
+    }
+    uint64_t shard_end = 0;  // ranges must be sorted by shard_offset and disjoint
+    for (size_t k = 0; k < shard.ranges.size(); ++k) {
+      const OwnedRange& r = shard.ranges[k];
+      const std::string range = absl::StrCat(where, ", range ", k);
+      const uint32_t t = r.tensor.value();
+      if (t >= tensors_.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(range, " names tensor ", t, "; there are ", tensors_.size()));
+      }
+      const uint64_t numel = tensors_[t].numel;
+      if (r.numel == 0) return absl::InvalidArgumentError(absl::StrCat(range, " is empty"));
+      if (r.tensor_offset > numel || r.numel > numel - r.tensor_offset) {
+        return absl::InvalidArgumentError(absl::StrCat(range, " covers elements [", r.tensor_offset, ", +", r.numel,
+                                                       ") of tensor ", t, " ('", tensors_[t].name, "'), which has ",
+                                                       numel));
+      }
+      if (r.shard_offset > shard.padded_numel || r.numel > shard.padded_numel - r.shard_offset) {
+        return absl::InvalidArgumentError(absl::StrCat(range, " at shard offset ", r.shard_offset, " with ", r.numel,
+                                                       " elements overruns the shard's ", shard.padded_numel));
+      }
+      if (r.shard_offset < shard_end) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            range, " starts at shard offset ", r.shard_offset,
+            ", inside the range before it (ranges must be sorted by shard_offset and disjoint)"));
+      }
+      shard_end = r.shard_offset + r.numel;
+      // No element of the tensor may be owned twice, by this rank or another.
+      auto& runs = owned[t];
+      const uint64_t lo = r.tensor_offset, hi = r.tensor_offset + r.numel;
+      auto next = runs.lower_bound(lo);
+      const bool hits_next = next != runs.end() && next->first < hi;
+      const bool hits_prev = next != runs.begin() && std::prev(next)->second.first > lo;
+      if (hits_next || hits_prev) {
+        const auto& other = hits_next ? *next : *std::prev(next);
+        return absl::InvalidArgumentError(absl::StrCat(
+            range, " owns elements [", lo, ", ", hi, ") of tensor ", t, " ('", tensors_[t].name,
+            "'), overlapping [", other.first, ", ", other.second.first, ") owned by rank ", other.second.second));
+      }
+      runs.emplace(lo, std::make_pair(hi, rank));
+    }
+  }
+  // Once every rank's partition is known, every element must be owned.
+  bool complete = settings_.local_ranks.empty() || settings_.local_ranks.size() == settings_.world_size;
+  for (uint32_t r = 0; r < ranks_.size() && complete; ++r) complete = r == rank || ranks_[r].built;
+  if (complete) {
+    for (uint32_t t = 0; t < tensors_.size(); ++t) {
+      uint64_t cursor = 0;
+      for (const auto& [lo, run] : owned[t]) {
+        if (lo != cursor) break;
+        cursor = run.first;
+      }
+      if (cursor != tensors_[t].numel) {
+        auto next = owned[t].upper_bound(cursor);
+        const uint64_t gap_end = next == owned[t].end() ? tensors_[t].numel : next->first;
+        return absl::InvalidArgumentError(absl::StrCat(
+            "with rank ", rank, "'s partition every rank has registered, but elements [", cursor, ", ", gap_end,
+            ") of tensor ", t, " ('", tensors_[t].name, "') are owned by no rank"));
+      }
+    }
+  }
+  owned_ = std::move(owned);
+  return absl::OkStatus();
+}
+
+absl::Status Job::AdoptTensorsLocked(const JobRecord& record) {
+  if (record.groups.size() != record.tensors.size()) {
+    return absl::DataLossError(absl::StrCat("the record of job '", settings_.name, "' has ", record.groups.size(),
+                                            " group indices for ", record.tensors.size(), " tensors"));
+  }
+  uint32_t largest = 0;
+  for (uint32_t g : record.groups) {
+    if (g >= kMaxGroups) {
+      return absl::DataLossError(absl::StrCat("the record of job '", settings_.name, "' has group index ", g));
+    }
+    largest = std::max(largest, g);
+  }
+  tensors_ = record.tensors;
+  group_of_ = record.groups;
+  num_groups_ = largest + 1;
+  return absl::OkStatus();
+}
+
+void Job::ComputeGroupRunsLocked(RankState& rank) {
+  {
+    for (ExchangeSlot& slot : rank.slots) {
+      std::vector<GroupRun>& runs = slot.group_runs;
+      runs.clear();
+      // Ranges are sorted by shard_offset; a gap (padding) joins the run before it.
+      for (const OwnedRange& r : slot.layout.ranges) {
+        const uint32_t group = group_of_.at(r.tensor.value());
+        if (!runs.empty() && runs.back().group == group) {
+          runs.back().end = r.shard_offset + r.numel;
+        } else if (runs.empty()) {
+          runs.push_back(GroupRun{0, r.shard_offset + r.numel, group});
+        } else {
+          runs.back().end = r.shard_offset;
+          runs.push_back(GroupRun{r.shard_offset, r.shard_offset + r.numel, group});
+        }
+      }
+      if (runs.empty()) runs.push_back(GroupRun{0, 0, 0});
+      runs.back().end = slot.layout.padded_numel;
+    }
+  }
+}
+
+std::vector<OptimizerHyperparams> Job::HyperparamsLocked() const {
+  std::vector<OptimizerHyperparams> out(num_groups_, settings_.optimizer);
+  for (size_t g = 0; g < group_hp_.size() && g < out.size(); ++g) {
+    const strata::v1::GroupHyperparams& in = group_hp_[g];
+    out[g].lr = in.lr();
+    out[g].beta1 = in.beta1();
+    out[g].beta2 = in.beta2();
+    out[g].eps = in.eps();
+    out[g].weight_decay = in.weight_decay();
+    out[g].lr_decay = in.lr_decay();
+  }
+  return out;
+}
+
+absl::Status Job::BeginStep(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups) {
   absl::MutexLock lock(&mu_);
+  if (!registered_) return absl::FailedPreconditionError("BeginStep before RegisterTensors");
+  if (step < next_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("BeginStep for step ", step, ", which was already applied; the job is at step ", next_step_));
+  }
+  if (group_hp_step_ == step) {
+    // Another rank's copy: it must say the same.
+    if (groups.size() != group_hp_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("BeginStep for step ", step, " sends ", groups.size(),
+                                                     " groups but the step was begun with ", group_hp_.size()));
+    }
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const strata::v1::GroupHyperparams& a = groups[g];
+      const strata::v1::GroupHyperparams& b = group_hp_[g];
+      const std::pair<const char*, std::pair<double, double>> fields[] = {
+          {"lr", {a.lr(), b.lr()}},
+          {"beta1", {a.beta1(), b.beta1()}},
+          {"beta2", {a.beta2(), b.beta2()}},
+          {"eps", {a.eps(), b.eps()}},
+          {"weight_decay", {a.weight_decay(), b.weight_decay()}},
+          {"lr_decay", {a.lr_decay(), b.lr_decay()}}};
+      for (const auto& [field, values] : fields) {
+        if (values.first != values.second) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "BeginStep for step ", step, " sets group ", g, " ", field, " = ", values.first,
+              " but the step was begun with ", values.second, " (every rank must send the same values)"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (step > next_step_) {
+    return absl::FailedPreconditionError(absl::StrCat("BeginStep for step ", step,
+                                                      " is too early; the job is at step ", next_step_));
+  }
+  if (step_has_grads_ || step_queued_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "BeginStep for step ", step, " came after the step's first GradReady; send it before any gradient"));
+  }
+  if (groups.size() < num_groups_) {
+    return absl::InvalidArgumentError(absl::StrCat("BeginStep gives ", groups.size(),
+                                                   " groups but the registered tensors use group indices up to ",
+                                                   num_groups_ - 1, " (", num_groups_, " groups needed)"));
+  }
+  if (groups.size() > kMaxGroups) {
+    return absl::InvalidArgumentError(absl::StrCat("BeginStep gives ", groups.size(), " groups; at most ",
+                                                   kMaxGroups, " are allowed"));
+  }
+  std::vector<strata::v1::GroupHyperparams> previous = std::move(group_hp_);
+  group_hp_ = groups;
+  const std::vector<OptimizerHyperparams> hp = HyperparamsLocked();
+  for (size_t g = 0; g < hp.size(); ++g) {
+    if (absl::Status v = ValidateOptimizerHyperparams(hp[g]); !v.ok()) {
+      group_hp_ = std::move(previous);
+      return absl::InvalidArgumentError(absl::StrCat("BeginStep group ", g, ": ", v.message()));
+    }
+  }
+  group_hp_step_ = step;
+  return absl::OkStatus();
+}
+
+absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors,
+                           const std::vector<uint32_t>& groups_in, const std::vector<ShardLayout>& partition) {
+  absl::MutexLock lock(&mu_);
+  if (rank < settings_.world_size && !settings_.IsLocal(rank)) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of job '", settings_.name,
+                                                   "' is served by another daemon"));
+  }
+  std::vector<uint32_t> groups = groups_in.empty() ? std::vector<uint32_t>(tensors.size(), 0) : groups_in;
+  if (groups.size() != tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterTensors: ", groups.size(), " group indices for ",
+                                                   tensors.size(), " tensors"));
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i] >= kMaxGroups) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", i, " ('", tensors[i].name, "') has group ",
+                                                     groups[i], "; group indices must be below ", kMaxGroups));
+    }
+  }
   if (rank >= settings_.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is out of range for job '", settings_.name, "' of world size ",
@@ -189,9 +468,27 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
   if (tensors.empty()) return absl::InvalidArgumentError("RegisterTensors: no tensors given");
   if (!registered_) {
     tensors_ = tensors;
-    absl::Status s = BuildLayoutsLocked(tensors, /*adopt=*/false);
+    group_of_ = groups;
+    num_groups_ = 1 + *std::max_element(groups.begin(), groups.end());
+    supplied_ = !partition.empty();
+    absl::Status s;
+    if (supplied_) {
+      supplied_partitions_.assign(settings_.world_size, {});
+      ranks_.resize(settings_.world_size);  // AdmitPartitionLocked looks at which ranks are built
+      s = AdmitPartitionLocked(rank, partition);
+      if (s.ok()) {
+        supplied_partitions_[rank] = partition;
+        s = BuildLayoutsLocked(tensors, /*adopt=*/false, &supplied_partitions_);
+      }
+    } else {
+      s = BuildLayoutsLocked(tensors, /*adopt=*/false);
+    }
     if (!s.ok()) {
       tensors_.clear();
+      group_of_.clear();
+      supplied_ = false;
+      supplied_partitions_.clear();
+      owned_.clear();
       ranks_.clear();
       states_.reset();
       return s;
@@ -209,8 +506,51 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
           "rank ", rank, " registers tensor ", i, " as '", tensors[i].name, "' (", tensors[i].numel,
           " elements) but the job has '", tensors_[i].name, "' (", tensors_[i].numel, " elements)"));
     }
+    if (groups[i] != group_of_[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " puts tensor ", i, " ('", tensors[i].name,
+                                                     "') in group ", groups[i], " but the job has it in group ",
+                                                     group_of_[i]));
+    }
   }
-  return absl::OkStatus();
+  if (supplied_ != !partition.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank,
+        partition.empty() ? " sends no partition but the job's ranks supply their own"
+                          : " sends a partition but the job's first rank let the daemon partition",
+        "; every rank must do the same"));
+  }
+  if (!supplied_) return absl::OkStatus();
+  if (ranks_[rank].built) {
+    // A re-attached rank registers again: the same partition.
+    const std::vector<ShardLayout>& have = supplied_partitions_[rank];
+    bool same = have.size() == partition.size();
+    for (size_t i = 0; same && i < have.size(); ++i) {
+      same = have[i].index == partition[i].index && have[i].padded_numel == partition[i].padded_numel &&
+             have[i].ranges.size() == partition[i].ranges.size();
+      for (size_t k = 0; same && k < have[i].ranges.size(); ++k) {
+        const OwnedRange& a = have[i].ranges[k];
+        const OwnedRange& b = partition[i].ranges[k];
+        same = a.tensor == b.tensor && a.tensor_offset == b.tensor_offset && a.numel == b.numel &&
+               a.shard_offset == b.shard_offset;
+      }
+    }
+    if (!same) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " registers a partition other than the one it registered before"));
+    }
+    return absl::OkStatus();
+  }
+  STRATA_RETURN_IF_ERROR(AdmitPartitionLocked(rank, partition));
+  supplied_partitions_[rank] = partition;
+  absl::Status s = BuildRankLocked(rank, partition, /*adopt=*/false);
+  if (!s.ok()) {
+    ranks_[rank] = RankState{};
+    supplied_partitions_[rank].clear();
+    for (auto& runs : owned_) {
+      for (auto it = runs.begin(); it != runs.end();) it = it->second.second == rank ? runs.erase(it) : std::next(it);
+    }
+  }
+  return s;
 }
 
 std::vector<ExchangeSlot> Job::SlotsOf(uint32_t rank) const {
@@ -314,6 +654,7 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     return absl::OkStatus();
   }
   r.grad_ready[index] = true;
+  step_has_grads_ = true;
   grads_missing_ = 0;
   for (const RankState& rs : ranks_) {
     for (bool ready : rs.grad_ready) grads_missing_ += ready ? 0 : 1;
@@ -321,9 +662,115 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
   // Sending a gradient again replaces it: inspect the new contents.
   queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
   if (grads_missing_ == 0) {
-    step_queued_ = true;
-    queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
+    if (settings_.external_step_agreement) {
+      // The step waits for CommitStep; PrepareStep gets this daemon's share.
+      queue_.push_back(WorkItem{WorkItem::kPrepare, 0, 0});
+    } else {
+      step_queued_ = true;
+      queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
+    }
   }
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Pairwise, so that daemons holding contiguous halves of the ranks, whose
+// shares the trainers add, get the same bits as one daemon holding all.
+double PairwiseSum(const double* v, size_t n) {
+  if (n == 0) return 0;
+  if (n == 1) return v[0];
+  const size_t half = (n + 1) / 2;
+  return PairwiseSum(v, half) + PairwiseSum(v + half, n - half);
+}
+
+}  // namespace
+
+StepStats Job::LocalStatsLocked() const {
+  StepStats stats;
+  std::vector<double> per_rank;
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    if (ranks_[r].slots.empty()) continue;
+    double sum = 0;
+    for (uint32_t i = 0; i < ranks_[r].slots.size(); ++i) {
+      auto it = inspections_.find({r, i});
+      if (it == inspections_.end()) continue;
+      stats.overflow = stats.overflow || it->second.first;
+      sum += it->second.second;
+    }
+    per_rank.push_back(sum);
+  }
+  stats.squared_norm = PairwiseSum(per_rank.data(), per_rank.size());
+  return stats;
+}
+
+absl::StatusOr<StepStats> Job::PrepareStep(uint64_t step, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  if (!settings_.external_step_agreement) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "PrepareStep: job '", settings_.name, "' was not created with external_step_agreement"));
+  }
+  if (step > next_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("PrepareStep for step ", step, " is too early; the job is at step ", next_step_));
+  }
+  while (true) {
+    auto it = prepared_.find(step);
+    if (it != prepared_.end()) return it->second;
+    if (!worker_error_.ok()) return worker_error_;
+    if (step < next_step_) {
+      return absl::NotFoundError(absl::StrCat("the local stats of step ", step, " are no longer kept"));
+    }
+    if (stopping_) return absl::UnavailableError("the daemon is stopping");
+    if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("PrepareStep ", step, " of job '", settings_.name,
+                                                      "': ", grads_missing_, " local gradients are still missing"));
+    }
+  }
+}
+
+absl::Status Job::CommitStep(uint64_t step, const StepStats& global) {
+  absl::MutexLock lock(&mu_);
+  if (!settings_.external_step_agreement) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CommitStep: job '", settings_.name, "' was not created with external_step_agreement"));
+  }
+  if (auto it = committed_.find(step); it != committed_.end()) {
+    if (it->second == global) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CommitStep for step ", step, " says overflow=", global.overflow, " squared_norm=", global.squared_norm,
+        " but the step was committed with overflow=", it->second.overflow,
+        " squared_norm=", it->second.squared_norm, " (every rank must commit the all-reduced values)"));
+  }
+  if (step != next_step_) {
+    return absl::FailedPreconditionError(absl::StrCat("CommitStep for step ", step, "; the job is at step ",
+                                                      next_step_));
+  }
+  auto it = prepared_.find(step);
+  if (it == prepared_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CommitStep for step ", step, " before every local rank's gradients are in (call PrepareStep first)"));
+  }
+  const StepStats& local = it->second;
+  if (std::isnan(global.squared_norm) ? !global.overflow : global.squared_norm < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CommitStep: squared_norm ", global.squared_norm,
+                                                   " is not a sum of squares"));
+  }
+  if (local.overflow && !global.overflow) {
+    return absl::InvalidArgumentError(
+        "CommitStep: this daemon's gradients overflowed but the committed overflow flag is false "
+        "(all-reduce the flags with MAX/OR)");
+  }
+  if (!global.overflow && global.squared_norm < local.squared_norm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CommitStep: the global squared_norm ", global.squared_norm, " is below this daemon's own ",
+        local.squared_norm, " (all-reduce PrepareStep's squared_norm with SUM)"));
+  }
+  committed_[step] = global;
+  committed_.erase(step >= 64 ? step - 64 : UINT64_MAX);
+  step_queued_ = true;
+  queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
   changed_.SignalAll();
   return absl::OkStatus();
 }
@@ -360,6 +807,14 @@ void Job::WorkerLoop() {
     }
     if (item.kind == WorkItem::kInspect) Inspect(item.rank, item.index);
     if (item.kind == WorkItem::kRunStep) RunStep();
+    if (item.kind == WorkItem::kPrepare) {
+      absl::MutexLock lock(&mu_);
+      if (grads_missing_ == 0 && !step_queued_) {
+        prepared_[next_step_] = LocalStatsLocked();
+        prepared_.erase(next_step_ >= 64 ? next_step_ - 64 : UINT64_MAX);
+        changed_.SignalAll();
+      }
+    }
   }
 }
 
@@ -385,12 +840,13 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   const int64_t optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
   std::vector<std::vector<ExchangeSlot>> slots;
   for (const RankState& r : ranks_) slots.push_back(r.slots);
+  const std::vector<OptimizerHyperparams> hp = HyperparamsLocked();
   ranks_[rank].applied[index] = true;
   mu_.Unlock();
   absl::Status status;
   {
     absl::MutexLock states_lock(&states_mu_);
-    status = ApplyShards({ShardId{rank, index}}, slots, optimizer_step, 1.0f);
+    status = ApplyShards({ShardId{rank, index}}, slots, optimizer_step, 1.0f, hp);
   }
   mu_.Lock();
   if (!status.ok()) {
@@ -402,27 +858,38 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
 
 absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
                               const std::vector<std::vector<ExchangeSlot>>& slots, int64_t optimizer_step,
-                              float grad_scale) {
+                              float grad_scale, const std::vector<OptimizerHyperparams>& hp) {
   const bool sixteen_bit = settings_.param_dtype != DType::kFp32;
   const size_t psize = DTypeSize(settings_.param_dtype);
   const size_t gsize = DTypeSize(settings_.grad_dtype);
   return states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
     const ExchangeSlot& slot = slots[id.rank][id.index];
-    StepSpans spans;
-    spans.size = tile.size;
-    spans.params = tile.master;
-    spans.exp_avg = tile.exp_avg;
-    spans.exp_avg_sq = tile.exp_avg_sq;
-    spans.max_exp_avg_sq = tile.max_exp_avg_sq;
-    spans.grad = GradSlot(id.rank, slot) + tile.offset * gsize;
-    spans.grad_dtype = settings_.grad_dtype;
-    std::byte* param_out = ParamSlot(id.rank, slot) + tile.offset * psize;
-    if (sixteen_bit) {
-      spans.param_out = param_out;
-      spans.param_out_dtype = settings_.param_dtype;
+    const uint64_t tile_end = tile.offset + tile.size;
+    // A tile (NVMe streams a shard in tiles) may span several groups' runs:
+    // each piece is stepped with its group's hyperparameters. The kernels
+    // are elementwise, so the cuts do not change a bit.
+    for (const GroupRun& run : slot.group_runs) {
+      const uint64_t lo = std::max(run.begin, tile.offset);
+      const uint64_t hi = std::min(run.end, tile_end);
+      if (lo >= hi) continue;
+      const uint64_t rel = lo - tile.offset;
+      auto at = [rel](float* p) { return p == nullptr ? nullptr : p + rel; };
+      StepSpans spans;
+      spans.size = hi - lo;
+      spans.params = tile.master + rel;
+      spans.exp_avg = at(tile.exp_avg);
+      spans.exp_avg_sq = at(tile.exp_avg_sq);
+      spans.max_exp_avg_sq = at(tile.max_exp_avg_sq);
+      spans.grad = GradSlot(id.rank, slot) + lo * gsize;
+      spans.grad_dtype = settings_.grad_dtype;
+      std::byte* param_out = ParamSlot(id.rank, slot) + lo * psize;
+      if (sixteen_bit) {
+        spans.param_out = param_out;
+        spans.param_out_dtype = settings_.param_dtype;
+      }
+      STRATA_RETURN_IF_ERROR(services_.optimizer->Step(hp.at(run.group), optimizer_step, spans, grad_scale));
+      if (!sixteen_bit) std::memcpy(param_out, spans.params, spans.size * sizeof(float));
     }
-    STRATA_RETURN_IF_ERROR(services_.optimizer->Step(settings_.optimizer, optimizer_step, spans, grad_scale));
-    if (!sixteen_bit) std::memcpy(param_out, tile.master, tile.size * sizeof(float));
     return absl::OkStatus();
   });
 }
@@ -435,16 +902,18 @@ void Job::RunStep() {
   uint64_t step;
   int64_t optimizer_step;
   std::vector<std::vector<ExchangeSlot>> slots;
+  std::vector<OptimizerHyperparams> hp;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [key, result] : inspections_) {
-      overflow = overflow || result.first;
-      squared += result.second;
-    }
+    StepStats stats = LocalStatsLocked();
+    if (settings_.external_step_agreement) stats = committed_.at(next_step_);
+    overflow = stats.overflow;
+    squared = stats.squared_norm;
     scale = scaler_.scale();
     step = next_step_;
     optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
     for (const RankState& r : ranks_) slots.push_back(r.slots);
+    hp = HyperparamsLocked();
   }
   // Norms are of the scaled gradients; unscale before clipping, as DeepSpeed does.
   const double norm = std::sqrt(squared) / scale;
@@ -471,7 +940,7 @@ void Job::RunStep() {
     }
     absl::MutexLock states_lock(&states_mu_);
     if (param_cache_ != nullptr) param_cache_->BeginUpdate();
-    status = ApplyShards(ids, slots, optimizer_step, grad_scale);
+    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp);
     if (status.ok() && param_cache_ != nullptr) {
       for (const ShardId& id : all_ids) {
         status = param_cache_->StoreHome(id.rank, id.index);
@@ -528,6 +997,7 @@ void Job::RunStep() {
     grads_missing_ += r.grad_ready.size();
   }
   step_queued_ = false;
+  step_has_grads_ = false;
   next_step_ = step + 1;
   changed_.SignalAll();
 }
@@ -547,6 +1017,9 @@ JobRecord Job::RecordLocked() const {
   record.next_step = next_step_;
   record.optimizer_steps = optimizer_steps_;
   record.loss_scaler = scaler_.state();
+  record.groups = group_of_;
+  record.group_hyperparams = group_hp_;
+  if (supplied_) record.partitions = supplied_partitions_;
   return record;
 }
 
@@ -555,6 +1028,8 @@ void Job::ApplyRecordLocked(const JobRecord& record) {
   next_step_ = record.next_step;
   optimizer_steps_ = record.optimizer_steps;
   scaler_ = LossScaler(settings_.loss_scale, record.loss_scaler);
+  group_hp_ = record.group_hyperparams;
+  group_hp_step_.reset();
 }
 
 absl::Status Job::WriteRecord(const std::string& record) {
@@ -570,8 +1045,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(uint64_t id, const std::string
   STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(record.settings));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
   absl::MutexLock lock(&job->mu_);
-  job->tensors_ = record.tensors;
-  STRATA_RETURN_IF_ERROR(job->BuildLayoutsLocked(record.tensors, /*adopt=*/true));
+  STRATA_RETURN_IF_ERROR(job->AdoptTensorsLocked(record));
+  job->supplied_ = !record.partitions.empty();
+  job->supplied_partitions_ = record.partitions;
+  STRATA_RETURN_IF_ERROR(job->BuildLayoutsLocked(record.tensors, /*adopt=*/true,
+                                                 job->supplied_ ? &job->supplied_partitions_ : nullptr));
   job->registered_ = true;
   job->ApplyRecordLocked(record);
   return job;

@@ -99,6 +99,7 @@ grpc::Status StrataService::RegisterTensors(grpc::ServerContext*, const strata::
   auto session = ctx_.registry->Touch(request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
   std::vector<TensorSpec> tensors;
+  std::vector<uint32_t> groups;
   for (int i = 0; i < request->tensors_size(); ++i) {
     const auto& t = request->tensors(i);
     if (t.numel() == 0) {
@@ -106,9 +107,20 @@ grpc::Status StrataService::RegisterTensors(grpc::ServerContext*, const strata::
           absl::StrCat("tensor ", i, " ('", t.name(), "') has 0 elements")));
     }
     tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(i)), t.name(), t.numel()});
+    groups.push_back(t.group());
+  }
+  std::vector<ShardLayout> partition;
+  for (const auto& in : request->partition()) {
+    ShardLayout shard;
+    shard.index = in.index();
+    shard.padded_numel = in.padded_numel();
+    for (const auto& r : in.ranges()) {
+      shard.ranges.push_back(OwnedRange{TensorId(r.tensor()), r.tensor_offset(), r.numel(), r.shard_offset()});
+    }
+    partition.push_back(std::move(shard));
   }
   Job& job = *session->job;
-  if (absl::Status s = job.Register(session->rank, tensors); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = job.Register(session->rank, tensors, groups, partition); !s.ok()) return ToGrpcStatus(s);
   for (const ExchangeSlot& slot : job.SlotsOf(session->rank)) {
     auto* out = response->add_shards();
     out->set_index(slot.layout.index);
@@ -155,6 +167,33 @@ grpc::Status StrataService::WaitStep(grpc::ServerContext* context, const strata:
   response->set_grad_norm(outcome->grad_norm);
   response->set_optimizer_steps(outcome->optimizer_steps);
   return grpc::Status::OK;
+}
+
+grpc::Status StrataService::BeginStep(grpc::ServerContext*, const strata::v1::BeginStepRequest* request,
+                                      strata::v1::BeginStepResponse*) {
+  auto session = ctx_.registry->Touch(request->session_id());
+  if (!session.ok()) return ToGrpcStatus(session.status());
+  std::vector<strata::v1::GroupHyperparams> groups(request->groups().begin(), request->groups().end());
+  return ToGrpcStatus(session->job->BeginStep(request->step(), groups));
+}
+
+grpc::Status StrataService::PrepareStep(grpc::ServerContext* context, const strata::v1::PrepareStepRequest* request,
+                                        strata::v1::PrepareStepResponse* response) {
+  auto session = ctx_.registry->Touch(request->session_id());
+  if (!session.ok()) return ToGrpcStatus(session.status());
+  auto stats = session->job->PrepareStep(request->step(), CallDeadline(context, absl::Minutes(10)));
+  if (!stats.ok()) return ToGrpcStatus(stats.status());
+  response->set_overflow(stats->overflow);
+  response->set_squared_norm(stats->squared_norm);
+  return grpc::Status::OK;
+}
+
+grpc::Status StrataService::CommitStep(grpc::ServerContext*, const strata::v1::CommitStepRequest* request,
+                                       strata::v1::CommitStepResponse*) {
+  auto session = ctx_.registry->Touch(request->session_id());
+  if (!session.ok()) return ToGrpcStatus(session.status());
+  return ToGrpcStatus(
+      session->job->CommitStep(request->step(), StepStats{request->overflow(), request->squared_norm()}));
 }
 
 grpc::Status StrataService::Acquire(grpc::ServerContext* context, const strata::v1::AcquireRequest* request,
