@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "daemon/host_shard_state_store.h"
 #include "daemon/nvme_shard_state_store.h"
@@ -22,7 +23,9 @@ uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 // elements (a multiple of `align`), so each can be stepped as soon as its
 // gradient arrives.
 std::vector<ShardLayout> SplitSubGroups(const ShardLayout& flat, uint64_t sub_group, uint64_t align) {
-  const uint64_t size = std::max<uint64_t>(RoundUp(std::max<uint64_t>(sub_group, 1), align), align);
+  // Clamped to the shard first: a sub_group_size near 2^64 must not wrap.
+  sub_group = std::min(std::max<uint64_t>(sub_group, 1), std::max<uint64_t>(flat.padded_numel, 1));
+  const uint64_t size = std::max<uint64_t>(RoundUp(sub_group, align), align);
   std::vector<ShardLayout> out;
   for (uint64_t begin = 0; begin < flat.padded_numel; begin += size) {
     const uint64_t end = std::min(begin + size, flat.padded_numel);
@@ -112,6 +115,21 @@ uint64_t Job::params() const {
 }
 
 absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt) {
+  // Validated here, where every path that builds a job meets (RegisterTensors,
+  // LoadCheckpoint's manifest, the NVMe record at restart).
+  const RequestLimits defaults;
+  const RequestLimits& limits = services_.limits != nullptr ? *services_.limits : defaults;
+  STRATA_RETURN_IF_ERROR(ValidateTensorList(limits, tensors));
+  if (settings_.world_size > limits.max_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size ", settings_.world_size, " exceeds max_world_size (",
+                                                   limits.max_world_size, ")"));
+  }
+  // The partition holds a layout per rank and tensor: bound its size too.
+  constexpr uint64_t kMaxShardLayouts = uint64_t{1} << 22;
+  if (uint64_t{settings_.world_size} * tensors.size() > kMaxShardLayouts) {
+    return absl::ResourceExhaustedError(absl::StrCat("world_size ", settings_.world_size, " x ", tensors.size(),
+                                                     " tensors is more than ", kMaxShardLayouts, " shards"));
+  }
   PartitionSpec spec;
   spec.stage = settings_.stage;
   spec.world_size = settings_.world_size;
@@ -123,19 +141,31 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
   STRATA_ASSIGN_OR_RETURN(std::vector<RankLayout> layouts,
                           PartitionState(spec, StateClass::kOptimizerStates));
   const StateLayout state_layout = StateLayoutFor(settings_.optimizer);
-  if (settings_.mode == strata::v1::MODE_INFINITY) {
-    STRATA_ASSIGN_OR_RETURN(states_, NvmeShardStateStore::Create(id_, state_layout, services_.nvme,
-                                                                  services_.nvme_mu, services_.io_tile_bytes));
-  } else {
-    states_ = std::make_unique<HostShardStateStore>(state_layout);
-  }
   const uint64_t align = AlignmentElements(spec.alignment_bytes);
   const uint64_t grad_bytes = DTypeSize(settings_.grad_dtype);
   const uint64_t param_bytes = DTypeSize(settings_.param_dtype);
-  ranks_.resize(settings_.world_size);
-  uint64_t largest_param_slot = 0, total_param_bytes = 0;
+  const uint64_t streams = 1 + state_layout.exp_avg + state_layout.exp_avg_sq + state_layout.max_exp_avg_sq;
+  // Every rank's slots and region size first, with checked arithmetic, so
+  // the whole footprint is known (and refused, when too big) before
+  // anything is allocated.
+  std::vector<std::vector<ExchangeSlot>> all_slots(settings_.world_size);
+  std::vector<uint64_t> region_bytes(settings_.world_size);
+  uint64_t largest_param_slot = 0, total_param_bytes = 0, largest_shard = 0, pinned_bytes = 0;
   for (uint32_t r = 0; r < settings_.world_size; ++r) {
-    RankState& rank = ranks_[r];
+    if (settings_.stage != 3) {
+      const ShardLayout& flat = layouts[r].shards.at(0);
+      const uint64_t size = std::max<uint64_t>(
+          RoundUp(std::min(std::max<uint64_t>(settings_.sub_group_size, 1), std::max<uint64_t>(flat.padded_numel, 1)),
+                  align),
+          align);
+      const uint64_t groups = flat.padded_numel / size + (flat.padded_numel % size != 0);
+      if (groups > limits.max_tensors_per_job) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "zero_optimization.sub_group_size ", settings_.sub_group_size, " cuts rank ", r, "'s shard of ",
+            flat.padded_numel, " elements into ", groups, " sub-groups; at most max_tensors_per_job (",
+            limits.max_tensors_per_job, ") are allowed"));
+      }
+    }
     std::vector<ShardLayout> shards =
         settings_.stage == 3 ? layouts[r].shards
                              : SplitSubGroups(layouts[r].shards.at(0), settings_.sub_group_size, align);
@@ -143,18 +173,57 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
     for (ShardLayout& shard : shards) {
       ExchangeSlot slot;
       slot.grad_offset = offset;
-      offset += RoundUp(shard.padded_numel * grad_bytes, kPage);
+      STRATA_ASSIGN_OR_RETURN(const uint64_t gbytes, CheckedMul(shard.padded_numel, grad_bytes, "grad slot bytes"));
+      STRATA_ASSIGN_OR_RETURN(const uint64_t gslot, CheckedRoundUp(gbytes, kPage, "grad slot bytes"));
+      STRATA_ASSIGN_OR_RETURN(offset, CheckedAdd(offset, gslot, "exchange region bytes"));
       slot.param_offset = offset;
-      const uint64_t pbytes = RoundUp(shard.padded_numel * param_bytes, kPage);
-      offset += pbytes;
+      STRATA_ASSIGN_OR_RETURN(const uint64_t praw, CheckedMul(shard.padded_numel, param_bytes, "param slot bytes"));
+      STRATA_ASSIGN_OR_RETURN(const uint64_t pbytes, CheckedRoundUp(praw, kPage, "param slot bytes"));
+      STRATA_ASSIGN_OR_RETURN(offset, CheckedAdd(offset, pbytes, "exchange region bytes"));
       largest_param_slot = std::max(largest_param_slot, pbytes);
-      total_param_bytes += pbytes;
+      STRATA_ASSIGN_OR_RETURN(total_param_bytes, CheckedAdd(total_param_bytes, pbytes, "param bytes"));
+      largest_shard = std::max(largest_shard, shard.padded_numel);
+      if (settings_.mode != strata::v1::MODE_INFINITY) {
+        // HostShardStateStore pins each shard's states.
+        STRATA_ASSIGN_OR_RETURN(const uint64_t sbytes, CheckedMul(shard.padded_numel, streams * 4, "state bytes"));
+        STRATA_ASSIGN_OR_RETURN(const uint64_t spage, CheckedRoundUp(std::max(sbytes, kPage), kPage, "state bytes"));
+        STRATA_ASSIGN_OR_RETURN(pinned_bytes, CheckedAdd(pinned_bytes, spage, "pinned bytes"));
+      }
       slot.layout = std::move(shard);
-      rank.slots.push_back(std::move(slot));
+      all_slots[r].push_back(std::move(slot));
     }
+    region_bytes[r] = std::max<uint64_t>(offset, kPage);
+    if (region_bytes[r] > limits.max_region_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("rank ", r, "'s exchange region would be ", region_bytes[r],
+                                                       " bytes; max_region_bytes is ", limits.max_region_bytes));
+    }
+    STRATA_ASSIGN_OR_RETURN(pinned_bytes, CheckedAdd(pinned_bytes, region_bytes[r], "pinned bytes"));
+  }
+  // NVMe staging: tiles of at most io_tile_bytes, but no bigger than the
+  // job's largest shard (a one-element job stages 4 KiB tiles, not 64 MiB).
+  const uint64_t tile_bytes =
+      std::min<uint64_t>(services_.io_tile_bytes, std::max<uint64_t>(RoundUp(largest_shard * 4, 4096), 4096));
+  if (settings_.mode == strata::v1::MODE_INFINITY) {
+    const uint64_t tile_elements = std::max<uint64_t>(tile_bytes / 4 / 1024 * 1024, 1024);
+    pinned_bytes += 3 * streams * tile_elements * 4;  // bounded by 3 x 4 x io_tile_bytes
+  }
+  if (services_.pinned != nullptr) {
+    STRATA_ASSIGN_OR_RETURN(pinned_reservation_,
+                            services_.pinned->Reserve(pinned_bytes, absl::StrCat("job '", settings_.name, "'")));
+  }
+  if (settings_.mode == strata::v1::MODE_INFINITY) {
+    STRATA_ASSIGN_OR_RETURN(states_, NvmeShardStateStore::Create(id_, state_layout, services_.nvme,
+                                                                  services_.nvme_mu, tile_bytes));
+  } else {
+    states_ = std::make_unique<HostShardStateStore>(state_layout);
+  }
+  ranks_.resize(settings_.world_size);
+  for (uint32_t r = 0; r < settings_.world_size; ++r) {
+    RankState& rank = ranks_[r];
+    rank.slots = std::move(all_slots[r]);
     PinnedArenaOptions options;
     options.name = absl::StrCat("strata-job", id_, "-rank", r);
-    options.size_bytes = std::max<uint64_t>(offset, kPage);
+    options.size_bytes = region_bytes[r];
     STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
     rank.grad_ready.assign(rank.slots.size(), false);
     rank.applied.assign(rank.slots.size(), false);
@@ -194,6 +263,7 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
       tensors_.clear();
       ranks_.clear();
       states_.reset();
+      pinned_reservation_ = PinnedBudget::Reservation();
       return s;
     }
     registered_ = true;
@@ -547,6 +617,7 @@ JobRecord Job::RecordLocked() const {
   record.next_step = next_step_;
   record.optimizer_steps = optimizer_steps_;
   record.loss_scaler = scaler_.state();
+  record.owner_uid = settings_.owner_uid;
   return record;
 }
 
@@ -568,6 +639,7 @@ absl::Status Job::WriteRecord(const std::string& record) {
 absl::StatusOr<std::unique_ptr<Job>> Job::Restore(uint64_t id, const std::string& text, JobServices services) {
   STRATA_ASSIGN_OR_RETURN(JobRecord record, ParseJobRecord(text, absl::StrCat("the NVMe record of job ", id)));
   STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(record.settings));
+  settings.owner_uid = record.owner_uid.value_or(0);  // no owner recorded: admins only
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
   absl::MutexLock lock(&job->mu_);
   job->tensors_ = record.tensors;

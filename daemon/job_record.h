@@ -5,6 +5,7 @@
 #define STRATA_DAEMON_JOB_RECORD_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct JobRecord {
   uint64_t next_step = 0;
   uint64_t optimizer_steps = 0;
   LossScalerState loss_scaler;
+  // The job's owner; absent in records written before owners were kept.
+  std::optional<uint32_t> owner_uid;
 };
 
 // A JSON object; `format`, when not empty, is stored under "format".

@@ -30,6 +30,9 @@ struct JobSettings {
   uint64_t device_budget_bytes = 0;
   std::string deepspeed_config_json;
   std::vector<std::string> warnings;  // unknown DeepSpeed keys
+  // Who created the job (the caller's uid, never the request's word); kept in
+  // the job's NVMe record and its checkpoints' manifests.
+  uint32_t owner_uid = 0;
 };
 
 // InvalidArgument naming the field for: empty or over-long name, world_size
