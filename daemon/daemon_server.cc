@@ -258,9 +258,26 @@ void DaemonServer::AcceptLoop(int listen_fd, bool grpc_socket) {
       grpc::AddInsecureChannelFromFd(grpc_server_.get(), conn.release());
     } else {
       peers_.Set(conn.get(), *peer);
-      ServeFdRequest(std::move(conn));
+      StartFdHandoff(std::move(conn));
     }
   }
+}
+
+void DaemonServer::StartFdHandoff(UniqueFd connection) {
+  constexpr int kMaxFdHandoffs = 64;
+  {
+    absl::MutexLock lock(&handoffs_->mu);
+    if (handoffs_->in_flight >= kMaxFdHandoffs) {
+      log_(absl::StrCat("fd socket: ", kMaxFdHandoffs, " hand-offs already in flight; refusing a connection"));
+      return;  // closing is the refusal
+    }
+    ++handoffs_->in_flight;
+  }
+  std::thread([this, state = handoffs_, c = std::move(connection)]() mutable {
+    ServeFdRequest(std::move(c));
+    absl::MutexLock lock(&state->mu);
+    --state->in_flight;
+  }).detach();
 }
 
 void DaemonServer::ServeFdRequest(UniqueFd connection) {
@@ -365,6 +382,12 @@ void DaemonServer::Stop() {
   metrics_.reset();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  {
+    // Hand-offs finish within their 5 s receive timeout.
+    absl::MutexLock lock(&handoffs_->mu);
+    handoffs_->mu.Await(absl::Condition(
+        +[](int* in_flight) { return *in_flight == 0; }, &handoffs_->in_flight));
+  }
   // Jobs finish the step whose gradients are in, then their workers stop;
   // then the RPCs still waiting are answered and the server closes.
   if (registry_ != nullptr) {

@@ -61,6 +61,10 @@ class DaemonServer {
   DaemonServer(const DaemonSettings& settings, Logger log);
   void AcceptLoop(int listen_fd, bool grpc_socket);
   void ServeFdRequest(UniqueFd connection);
+  // Serves one fd-socket hand-off on its own short-lived thread, so a client
+  // that connects and says nothing (each waits at most 5 s) cannot hold up
+  // other ranks' hand-offs; at most kMaxFdHandoffs at once.
+  void StartFdHandoff(UniqueFd connection);
   // The peer's credentials when it may use the daemon; nullopt (logged) if not.
   std::optional<PeerCredentials> PeerAllowed(int fd);
   void ExpiryLoop();
@@ -92,6 +96,13 @@ class DaemonServer {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> drain_requested_{false};
   std::vector<std::thread> threads_;
+  // Hand-offs in flight; shared with their threads, so a thread's last
+  // unlock never touches a destroyed mutex.
+  struct FdHandoffs {
+    absl::Mutex mu;
+    int in_flight ABSL_GUARDED_BY(mu) = 0;
+  };
+  std::shared_ptr<FdHandoffs> handoffs_ = std::make_shared<FdHandoffs>();
 };
 
 }  // namespace strata

@@ -441,6 +441,34 @@ TEST(SecurityTest, ATruncatedRegionFdCannotHurtTheDaemon) {
   EXPECT_EQ(daemon.Stop(), 0);
 }
 
+// A flood of requests costs nothing but its own: clients that connect to
+// the fd socket and say nothing held every other rank's hand-off for 5 s each.
+TEST(SecurityTest, SilentFdSocketClientsDoNotHoldUpHandoffs) {
+  const std::string dir = TestDir("silent");
+  DaemonProcess daemon(dir);
+  ASSERT_TRUE(daemon.Start());
+  Raw raw = Raw::Unix(daemon.socket());
+  ASSERT_TRUE(raw.CreateJob("h").ok());
+  auto a = raw.Attach("h");
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(raw.Register(a->session_id(), {{"w", 1000}}).ok());
+  std::vector<UniqueFd> silent;
+  for (int i = 0; i < 8; ++i) {
+    auto c = ConnectUnix(a->fd_socket_path());
+    ASSERT_TRUE(c.ok());
+    silent.push_back(std::move(*c));
+  }
+  const absl::Time start = absl::Now();
+  auto sock = ConnectUnix(a->fd_socket_path());
+  ASSERT_TRUE(sock.ok());
+  ASSERT_TRUE(SendWithFds(sock->get(), a->fd_token(), {}).ok());
+  auto reply = ReceiveWithFds(sock->get(), 1024, absl::Seconds(30));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->fds.size(), 1u) << reply->bytes;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4)) << "the hand-off waited behind silent clients";
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
 // Issue 11, items 2 and 9: sizes that overflow 64 bits, 1e12 elements, and
 // other oversized requests are refused before anything is allocated.
 TEST(SecurityTest, OversizedRequestsAreRefusedNamingTheFieldAndTheLimit) {
