@@ -144,6 +144,10 @@ absl::StatusOr<std::unique_ptr<BenchDaemon>> BenchDaemon::Start(const BenchDaemo
     args.insert(args.end(), {"--optimizer_threads", absl::StrCat(options.optimizer_threads)});
   }
   if (!options.fsync_policy.empty()) args.insert(args.end(), {"--fsync_policy", options.fsync_policy});
+  // stratad enforces --pinned_capacity (default 1GiB) across jobs; a bench
+  // daemon may pin up to half the host's memory (extra_args may override).
+  args.insert(args.end(), {"--pinned_capacity", absl::StrCat(static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                                                              static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) / 2)});
   args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
 
   // Everything the child needs is prepared before fork: between fork and exec

@@ -28,29 +28,37 @@ absl::StatusOr<sockaddr_un> MakeAddress(const std::string& path) {
   return addr;
 }
 
-absl::Status EnsurePrivateDirectory(const std::string& dir) {
+absl::Status EnsurePrivateDirectory(const std::string& dir, gid_t group) {
+  const bool shared_group = group != static_cast<gid_t>(-1);
   struct stat st {};
-  if (stat(dir.c_str(), &st) != 0) {
+  if (lstat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT) return ErrnoToStatus(errno, absl::StrCat("checking socket directory ", dir));
     if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
       return ErrnoToStatus(errno, absl::StrCat("creating socket directory ", dir));
     }
-    return absl::OkStatus();
+    if (lstat(dir.c_str(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("checking socket directory ", dir));
   }
   if (!S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(dir, " is not a directory"));
+    return absl::FailedPreconditionError(absl::StrCat(dir, " is not a directory (or is a symbolic link)"));
   }
   if (st.st_uid != geteuid() && st.st_uid != 0) {
     return absl::PermissionDeniedError(absl::StrCat(
         "socket directory ", dir, " belongs to uid ", st.st_uid, ", not to this daemon (uid ",
         geteuid(), "); choose another --socket path"));
   }
-  // A directory we created for the socket is 0700; /tmp and other shared
-  // parents are sticky, which is safe because the socket file is 0600.
-  if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
+  // Whoever may write the directory may replace the socket: only a sticky
+  // directory (/tmp) protects our socket file from other writers.
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "socket directory ", dir, " is writable by everyone and not sticky; another user could "
-        "replace the socket. Use a private directory"));
+        "socket directory ", dir, " is writable by ", (st.st_mode & S_IWOTH) != 0 ? "everyone" : "its group",
+        " and not sticky; another user could replace the socket. Use a private directory"));
+  }
+  if (shared_group && st.st_uid == geteuid() && (st.st_mode & S_ISVTX) == 0) {
+    // Our own directory: the group must be able to reach the socket in it.
+    if (st.st_gid != group && chown(dir.c_str(), static_cast<uid_t>(-1), group) != 0) {
+      return ErrnoToStatus(errno, absl::StrCat("giving socket directory ", dir, " to group ", group));
+    }
+    if (chmod(dir.c_str(), 0750) != 0) return ErrnoToStatus(errno, absl::StrCat("chmod 0750 ", dir));
   }
   return absl::OkStatus();
 }
@@ -75,12 +83,12 @@ int UniqueFd::release() {
   return fd;
 }
 
-absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, mode_t mode) {
+absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, mode_t mode, gid_t group) {
   auto addr = MakeAddress(path);
   if (!addr.ok()) return addr.status();
   const size_t slash = path.rfind('/');
   if (slash != std::string::npos && slash > 0) {
-    if (absl::Status s = EnsurePrivateDirectory(path.substr(0, slash)); !s.ok()) return s;
+    if (absl::Status s = EnsurePrivateDirectory(path.substr(0, slash), group); !s.ok()) return s;
   }
   // A socket file left by a dead daemon is removed; one that still answers is
   // a live daemon, and we must not steal its path.
@@ -104,6 +112,9 @@ absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, mode_t mode) {
   int bind_errno = errno;
   umask(old_mask);
   if (rc != 0) return ErrnoToStatus(bind_errno, absl::StrCat("binding ", path));
+  if (group != static_cast<gid_t>(-1) && chown(path.c_str(), static_cast<uid_t>(-1), group) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("giving socket ", path, " to group ", group));
+  }
   if (chmod(path.c_str(), mode) != 0) return ErrnoToStatus(errno, absl::StrCat("chmod ", path));
   if (listen(fd.get(), 128) != 0) return ErrnoToStatus(errno, absl::StrCat("listening on ", path));
   return fd;

@@ -34,10 +34,14 @@ class UniqueFd {
 };
 
 // Creates `path`'s directory with mode 0700 if missing (refusing one owned by
-// another user or writable by others), removes a stale socket file, binds and
-// listens, and sets the socket file's mode to `mode` (0600, or 0660 when a
-// group may attach). FailedPrecondition when a live daemon already listens there.
-absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, mode_t mode);
+// another user, or one writable by group or others that is not sticky),
+// removes a stale socket file, binds and listens, and sets the socket file's
+// mode to `mode` (0600, or 0660 when a group may attach). With `group` (not
+// -1), the socket file gets that group, and a directory this process owns
+// (not a shared sticky one) gets it too with mode 0750, so the group's
+// members can reach the socket but not replace it. FailedPrecondition when a
+// live daemon already listens there.
+absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, mode_t mode, gid_t group = static_cast<gid_t>(-1));
 
 // Connects to a listening Unix socket; NotFound/Unavailable name the path.
 absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path);

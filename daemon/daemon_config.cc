@@ -37,6 +37,57 @@ absl::StatusOr<uint64_t> SizeField(const std::string& value, const std::string& 
   return *parsed;
 }
 
+// Trust, checkpoint and limit settings (docs/SECURITY.md).
+absl::Status ResolveHardeningSettings(const strata::v1::DaemonConfig& c, DaemonSettings* s) {
+  s->admin_group = c.admin_group();
+  s->tcp_token_file = c.tcp_token_file();
+  if (!s->tcp_address.empty() && s->tcp_token_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tcp_address: '", s->tcp_address, "' needs tcp_token_file: TCP has no peer credentials, and "
+        "strata serves it only to callers presenting the token from a file readable only by permitted users"));
+  }
+  if (!s->tcp_token_file.empty() && s->tcp_token_file.front() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tcp_token_file: '", s->tcp_token_file, "' is not an absolute path"));
+  }
+  s->checkpoint_root = c.checkpoint_root();
+  if (s->checkpoint_root.empty() && !s->nvme_paths.empty()) {
+    s->checkpoint_root = absl::StrCat(s->nvme_paths.front(), "/checkpoints");
+  }
+  if (!s->checkpoint_root.empty() && s->checkpoint_root.front() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_root: '", s->checkpoint_root, "' is not an absolute directory path"));
+  }
+  RequestLimits& l = s->limits;
+  auto cap = [](auto value, auto fallback, auto ceiling, absl::string_view field, auto* out) -> absl::Status {
+    const auto v = value == 0 ? fallback : value;
+    if (v > ceiling) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", v, " is above the ceiling ", ceiling));
+    }
+    *out = v;
+    return absl::OkStatus();
+  };
+  const RequestLimits d;
+  STRATA_RETURN_IF_ERROR(cap(c.max_jobs_per_uid(), d.max_jobs_per_uid, 1u << 20, "max_jobs_per_uid", &l.max_jobs_per_uid));
+  STRATA_RETURN_IF_ERROR(
+      cap(c.max_tensors_per_job(), d.max_tensors_per_job, 1u << 24, "max_tensors_per_job", &l.max_tensors_per_job));
+  STRATA_RETURN_IF_ERROR(cap(c.max_tensor_elements(), d.max_tensor_elements, kHardMaxElements,
+                             "max_tensor_elements", &l.max_tensor_elements));
+  STRATA_RETURN_IF_ERROR(
+      cap(c.max_job_elements(), d.max_job_elements, kHardMaxElements, "max_job_elements", &l.max_job_elements));
+  STRATA_ASSIGN_OR_RETURN(l.max_region_bytes, SizeField(c.max_region_bytes(), "64GiB", "max_region_bytes"));
+  if (l.max_region_bytes == 0 || l.max_region_bytes > (uint64_t{1} << 50)) {
+    return absl::InvalidArgumentError(absl::StrCat("max_region_bytes: ", l.max_region_bytes,
+                                                   " is not valid; expected 1..1PiB"));
+  }
+  STRATA_RETURN_IF_ERROR(cap(c.max_name_length(), d.max_name_length, 1u << 16, "max_name_length", &l.max_name_length));
+  STRATA_RETURN_IF_ERROR(
+      cap(c.max_world_size(), d.max_world_size, kHardMaxWorldSize, "max_world_size", &l.max_world_size));
+  STRATA_RETURN_IF_ERROR(
+      cap(c.max_pending_waits(), d.max_pending_waits, 1u << 20, "max_pending_waits", &l.max_pending_waits));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<strata::v1::DaemonConfig> LoadDaemonConfigFile(const std::string& path) {
@@ -152,6 +203,7 @@ absl::StatusOr<DaemonSettings> ResolveDaemonSettings(const strata::v1::DaemonCon
         absl::StrCat("metrics_port: ", c.metrics_port(), " is not a TCP port (1..65535, 0 = off)"));
   }
   s.metrics_port = c.metrics_port();
+  STRATA_RETURN_IF_ERROR(ResolveHardeningSettings(c, &s));
   return s;
 }
 
@@ -184,7 +236,14 @@ std::string DescribeDaemonSettings(const DaemonSettings& s) {
       "optimizer_threads: ", s.optimizer_threads, s.pin_optimizer_threads ? " (pinned)" : "", "\n",
       "reattach_timeout: ", absl::FormatDuration(s.reattach_timeout), "\n",
       "lease_timeout: ", absl::FormatDuration(s.lease_timeout), "\n",
-      "metrics_port: ", s.metrics_port == 0 ? std::string("(off)") : absl::StrCat(s.metrics_port), "\n");
+      "metrics_port: ", s.metrics_port == 0 ? std::string("(off)") : absl::StrCat(s.metrics_port), "\n",
+      "admin_group: ", s.admin_group.empty() ? "(none)" : s.admin_group, "\n",
+      "tcp_token_file: ", s.tcp_token_file.empty() ? "(none)" : s.tcp_token_file, "\n",
+      "checkpoint_root: ", s.checkpoint_root.empty() ? "(none: checkpoints refused)" : s.checkpoint_root, "\n",
+      "limits: ", s.limits.max_jobs_per_uid, " jobs/uid, ", s.limits.max_tensors_per_job, " tensors/job, ",
+      s.limits.max_tensor_elements, " elements/tensor, ", s.limits.max_job_elements, " elements/job, ",
+      FormatBytes(s.limits.max_region_bytes), "/region, world size <= ", s.limits.max_world_size, ", ",
+      s.limits.max_pending_waits, " pending waits\n");
 }
 
 }  // namespace strata

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/request_limits.h"
 #include "strata/v1/config.pb.h"
 
 namespace strata {
@@ -37,6 +38,11 @@ struct DaemonSettings {
   absl::Duration reattach_timeout;
   absl::Duration lease_timeout;
   uint32_t metrics_port = 0;
+  // Hardening (docs/SECURITY.md).
+  std::string admin_group;
+  std::string tcp_token_file;
+  std::string checkpoint_root;  // empty: checkpoints refused
+  RequestLimits limits;
 };
 
 // Reads `path` as JSON when its first non-blank character is '{', else as

@@ -100,12 +100,35 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
     }
     server->allowed_gid_ = g->gr_gid;
   }
+  gid_t admin_gid = static_cast<gid_t>(-1);
+  if (!settings.admin_group.empty()) {
+    group* g = getgrnam(settings.admin_group.c_str());
+    if (g == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("admin_group '", settings.admin_group, "' does not exist"));
+    }
+    admin_gid = g->gr_gid;
+  }
+  server->admins_ = std::make_unique<AdminPolicy>(geteuid(), admin_gid);
+  std::optional<TcpToken> tcp_token;
+  if (!settings.tcp_address.empty()) {
+    // ResolveDaemonSettings refused TCP without a token file; here the file
+    // itself must be private.
+    auto token = LoadTcpToken(settings.tcp_token_file);
+    if (!token.ok()) return token.status();
+    tcp_token = std::move(*token);
+    server->choices_.push_back(absl::StrCat("tcp: ", settings.tcp_address, " (token of ", settings.tcp_token_file,
+                                            ", callers act as uid ", tcp_token->owner, ")"));
+  }
+  server->callers_ = std::make_unique<CallerResolver>(&server->peers_, std::move(tcp_token), server->admins_.get());
+  server->pinned_ = std::make_unique<PinnedBudget>(settings.pinned_capacity_bytes);
   JobServices services;
   services.optimizer = server->optimizer_.get();
   services.nvme = server->nvme_.get();
   services.nvme_mu = &server->nvme_mu_;
+  services.limits = &server->settings_.limits;
+  services.pinned = server->pinned_.get();
   server->registry_ = std::make_unique<JobRegistry>(services, &server->clock_, settings.lease_timeout,
-                                                    settings.reattach_timeout);
+                                                    settings.reattach_timeout, settings.limits.max_jobs_per_uid);
   server->fd_socket_path_ = settings.socket_path + ".fd";
   ServiceContext ctx;
   ctx.registry = server->registry_.get();
@@ -114,6 +137,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   ctx.startup_choices = server->choices_;
   ctx.fd_socket_path = server->fd_socket_path_;
   ctx.lease_timeout = settings.lease_timeout;
+  ctx.callers = server->callers_.get();
+  ctx.limits = settings.limits;
+  ctx.checkpoint_root = settings.checkpoint_root;
   DaemonServer* self = server.get();
   ctx.drain = [self] {
     self->registry_->StartDraining();
@@ -136,9 +162,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   if (server->nvme_ != nullptr) {
     // ZeRO-Infinity jobs of an earlier run: their records are on NVMe.
     std::vector<std::pair<uint64_t, std::string>> records;
-    uint64_t max_id = 0;
     for (const ShardKey& key : server->nvme_->Keys()) {
-      max_id = std::max<uint64_t>(max_id, key.job.value());
+      server->registry_->ReserveJobId(key.job.value());  // never handed out again
       if (!Job::IsRecordKey(key)) continue;
       auto size = server->nvme_->SizeOf(key);
       if (!size.ok()) return size.status();
@@ -152,7 +177,6 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
       }
       records.push_back({key.job.value(), std::string(reinterpret_cast<const char*>(buffer->data()), *got)});
     }
-    server->registry_->ReserveJobIdsBelow(max_id + 1);
     for (auto& [id, record] : records) {
       auto job = Job::Restore(id, record, services);
       if (!job.ok()) {
@@ -182,10 +206,10 @@ absl::Status DaemonServer::Start() {
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr) return absl::InternalError("gRPC server failed to start");
-  auto grpc_fd = ListenUnix(settings_.socket_path, allowed_gid_ == static_cast<gid_t>(-1) ? 0600 : 0660);
+  auto grpc_fd = ListenUnix(settings_.socket_path, allowed_gid_ == static_cast<gid_t>(-1) ? 0600 : 0660, allowed_gid_);
   if (!grpc_fd.ok()) return grpc_fd.status();
   grpc_listener_ = std::move(*grpc_fd);
-  auto fd_fd = ListenUnix(fd_socket_path_, allowed_gid_ == static_cast<gid_t>(-1) ? 0600 : 0660);
+  auto fd_fd = ListenUnix(fd_socket_path_, allowed_gid_ == static_cast<gid_t>(-1) ? 0600 : 0660, allowed_gid_);
   if (!fd_fd.ok()) return fd_fd.status();
   fd_listener_ = std::move(*fd_fd);
   threads_.emplace_back([this] { AcceptLoop(grpc_listener_.get(), true); });
@@ -200,20 +224,20 @@ absl::Status DaemonServer::Start() {
   return absl::OkStatus();
 }
 
-bool DaemonServer::PeerAllowed(int fd) {
+std::optional<PeerCredentials> DaemonServer::PeerAllowed(int fd) {
   auto peer = GetPeerCredentials(fd);
   if (!peer.ok()) {
     log_(absl::StrCat("refusing a connection: ", peer.status().message()));
-    return false;
+    return std::nullopt;
   }
   if (!PeerMayAttach(*peer, geteuid(), allowed_gid_)) {
     log_(absl::StrCat("refusing a connection from pid ", peer->pid, " uid ", peer->uid,
                       ": only uid ", geteuid(),
                       settings_.allowed_group.empty() ? "" : absl::StrCat(" or group ", settings_.allowed_group),
                       " may attach"));
-    return false;
+    return std::nullopt;
   }
-  return true;
+  return *peer;
 }
 
 void DaemonServer::AcceptLoop(int listen_fd, bool grpc_socket) {
@@ -223,15 +247,37 @@ void DaemonServer::AcceptLoop(int listen_fd, bool grpc_socket) {
     if (rc <= 0) continue;
     UniqueFd conn(accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
     if (!conn.valid()) continue;
-    if (!PeerAllowed(conn.get())) continue;  // closing is the refusal
+    const std::optional<PeerCredentials> peer = PeerAllowed(conn.get());
+    if (!peer.has_value()) continue;  // closing is the refusal
     if (grpc_socket) {
+      // gRPC names this connection "fd:<n>"; its handlers find the caller's
+      // uid under that number (daemon/caller.h).
+      peers_.Set(conn.get(), *peer);
       // gRPC's event engine expects a non-blocking socket.
       fcntl(conn.get(), F_SETFL, fcntl(conn.get(), F_GETFL) | O_NONBLOCK);
       grpc::AddInsecureChannelFromFd(grpc_server_.get(), conn.release());
     } else {
-      ServeFdRequest(std::move(conn));
+      peers_.Set(conn.get(), *peer);
+      StartFdHandoff(std::move(conn));
     }
   }
+}
+
+void DaemonServer::StartFdHandoff(UniqueFd connection) {
+  constexpr int kMaxFdHandoffs = 64;
+  {
+    absl::MutexLock lock(&handoffs_->mu);
+    if (handoffs_->in_flight >= kMaxFdHandoffs) {
+      log_(absl::StrCat("fd socket: ", kMaxFdHandoffs, " hand-offs already in flight; refusing a connection"));
+      return;  // closing is the refusal
+    }
+    ++handoffs_->in_flight;
+  }
+  std::thread([this, state = handoffs_, c = std::move(connection)]() mutable {
+    ServeFdRequest(std::move(c));
+    absl::MutexLock lock(&state->mu);
+    --state->in_flight;
+  }).detach();
 }
 
 void DaemonServer::ServeFdRequest(UniqueFd connection) {
@@ -245,7 +291,9 @@ void DaemonServer::ServeFdRequest(UniqueFd connection) {
     (void)SendWithFds(connection.get(), "ERR file descriptors are not accepted here", {});
     return;
   }
-  auto session = registry_->RedeemToken(message->bytes);
+  auto peer = peers_.Get(connection.get());
+  if (!peer.has_value()) return;
+  auto session = registry_->RedeemToken(message->bytes, Caller{peer->uid, admins_->IsAdmin(peer->uid)});
   if (!session.ok()) {
     (void)SendWithFds(connection.get(), absl::StrCat("ERR ", session.status().message()), {});
     return;
@@ -334,6 +382,12 @@ void DaemonServer::Stop() {
   metrics_.reset();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  {
+    // Hand-offs finish within their 5 s receive timeout.
+    absl::MutexLock lock(&handoffs_->mu);
+    handoffs_->mu.Await(absl::Condition(
+        +[](int* in_flight) { return *in_flight == 0; }, &handoffs_->in_flight));
+  }
   // Jobs finish the step whose gradients are in, then their workers stop;
   // then the RPCs still waiting are answered and the server closes.
   if (registry_ != nullptr) {

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,9 +23,11 @@
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
 #include "core/unix_socket.h"
+#include "daemon/caller.h"
 #include "daemon/daemon_config.h"
 #include "daemon/job_registry.h"
 #include "daemon/metrics_server.h"
+#include "daemon/pinned_budget.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 
 namespace grpc {
@@ -58,7 +61,12 @@ class DaemonServer {
   DaemonServer(const DaemonSettings& settings, Logger log);
   void AcceptLoop(int listen_fd, bool grpc_socket);
   void ServeFdRequest(UniqueFd connection);
-  bool PeerAllowed(int fd);
+  // Serves one fd-socket hand-off on its own short-lived thread, so a client
+  // that connects and says nothing (each waits at most 5 s) cannot hold up
+  // other ranks' hand-offs; at most kMaxFdHandoffs at once.
+  void StartFdHandoff(UniqueFd connection);
+  // The peer's credentials when it may use the daemon; nullopt (logged) if not.
+  std::optional<PeerCredentials> PeerAllowed(int fd);
   void ExpiryLoop();
   std::string RenderMetrics() const;
 
@@ -70,6 +78,13 @@ class DaemonServer {
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<ExtentStore> nvme_;
   absl::Mutex nvme_mu_;
+  // Hardening (docs/SECURITY.md): who calls, and the pinned memory budget.
+  // Declared before the registry: jobs give their pinned reservation back
+  // when destroyed, so the budget must outlive them.
+  PeerTable peers_;
+  std::unique_ptr<AdminPolicy> admins_;
+  std::unique_ptr<CallerResolver> callers_;
+  std::unique_ptr<PinnedBudget> pinned_;
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<StrataService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
@@ -81,6 +96,13 @@ class DaemonServer {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> drain_requested_{false};
   std::vector<std::thread> threads_;
+  // Hand-offs in flight; shared with their threads, so a thread's last
+  // unlock never touches a destroyed mutex.
+  struct FdHandoffs {
+    absl::Mutex mu;
+    int in_flight ABSL_GUARDED_BY(mu) = 0;
+  };
+  std::shared_ptr<FdHandoffs> handoffs_ = std::make_shared<FdHandoffs>();
 };
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "daemon/host_shard_state_store.h"
 #include "daemon/nvme_shard_state_store.h"
@@ -24,7 +25,9 @@ uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 // elements (a multiple of `align`), so each can be stepped as soon as its
 // gradient arrives.
 std::vector<ShardLayout> SplitSubGroups(const ShardLayout& flat, uint64_t sub_group, uint64_t align) {
-  const uint64_t size = std::max<uint64_t>(RoundUp(std::max<uint64_t>(sub_group, 1), align), align);
+  // Clamped to the shard first: a sub_group_size near 2^64 must not wrap.
+  sub_group = std::min(std::max<uint64_t>(sub_group, 1), std::max<uint64_t>(flat.padded_numel, 1));
+  const uint64_t size = std::max<uint64_t>(RoundUp(sub_group, align), align);
   std::vector<ShardLayout> out;
   for (uint64_t begin = 0; begin < flat.padded_numel; begin += size) {
     const uint64_t end = std::min(begin + size, flat.padded_numel);
@@ -113,17 +116,89 @@ uint64_t Job::params() const {
   return total;
 }
 
+const RequestLimits& Job::Limits() const {
+  static const RequestLimits kDefaults;
+  return services_.limits != nullptr ? *services_.limits : kDefaults;
+}
+
 absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt,
                                      const std::vector<std::vector<ShardLayout>>* supplied) {
+  // Validated here, where every path that builds a job meets (RegisterTensors,
+  // LoadCheckpoint's manifest, the NVMe record at restart).
+  const RequestLimits& limits = Limits();
+  STRATA_RETURN_IF_ERROR(ValidateTensorList(limits, tensors));
+  if (settings_.world_size > limits.max_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size ", settings_.world_size, " exceeds max_world_size (",
+                                                   limits.max_world_size, ")"));
+  }
+  // The partition holds a layout per rank and tensor: bound its size too.
+  constexpr uint64_t kMaxShardLayouts = uint64_t{1} << 22;
+  if (uint64_t{settings_.world_size} * tensors.size() > kMaxShardLayouts) {
+    return absl::ResourceExhaustedError(absl::StrCat("world_size ", settings_.world_size, " x ", tensors.size(),
+                                                     " tensors is more than ", kMaxShardLayouts, " shards"));
+  }
   PartitionSpec spec;
   spec.stage = settings_.stage;
   spec.world_size = settings_.world_size;
   spec.tensors = tensors;
   STRATA_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
   const StateLayout state_layout = StateLayoutFor(settings_.optimizer);
+  const uint64_t align = AlignmentElements(spec.alignment_bytes);
+  // The shards of each local rank this call builds.
+  std::vector<std::optional<std::vector<ShardLayout>>> to_build(settings_.world_size);
+  if (supplied == nullptr) {
+    // The optimizer states' partition decides what each rank's daemon-side
+    // shards hold (stage 1/2: one flat shard cut into sub-groups; stage 3:
+    // one shard per tensor).
+    STRATA_ASSIGN_OR_RETURN(std::vector<RankLayout> layouts, PartitionState(spec, StateClass::kOptimizerStates));
+    for (uint32_t r = 0; r < settings_.world_size; ++r) {
+      if (!settings_.IsLocal(r)) continue;
+      if (settings_.stage != 3) {
+        const ShardLayout& flat = layouts[r].shards.at(0);
+        const uint64_t size = std::max<uint64_t>(
+            RoundUp(std::min(std::max<uint64_t>(settings_.sub_group_size, 1), std::max<uint64_t>(flat.padded_numel, 1)),
+                    align),
+            align);
+        const uint64_t groups = flat.padded_numel / size + (flat.padded_numel % size != 0);
+        if (groups > limits.max_tensors_per_job) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "zero_optimization.sub_group_size ", settings_.sub_group_size, " cuts rank ", r, "'s shard of ",
+              flat.padded_numel, " elements into ", groups, " sub-groups; at most max_tensors_per_job (",
+              limits.max_tensors_per_job, ") are allowed"));
+        }
+        to_build[r] = SplitSubGroups(flat, settings_.sub_group_size, align);
+      } else {
+        to_build[r] = layouts[r].shards;
+      }
+    }
+  } else {
+    for (uint32_t r = 0; r < supplied->size() && r < settings_.world_size; ++r) {
+      if (settings_.IsLocal(r) && !(*supplied)[r].empty()) to_build[r] = (*supplied)[r];
+    }
+  }
+  // NVMe staging: tiles of at most io_tile_bytes, but no bigger than the
+  // job's largest shard (a one-element job stages 4 KiB tiles, not 64 MiB).
+  uint64_t largest_shard = 0;
+  for (const auto& shards : to_build) {
+    if (!shards) continue;
+    for (const ShardLayout& shard : *shards) largest_shard = std::max(largest_shard, shard.padded_numel);
+  }
+  STRATA_ASSIGN_OR_RETURN(const uint64_t largest_bytes, CheckedMul(largest_shard, 4, "largest shard bytes"));
+  const uint64_t tile_bytes =
+      std::min<uint64_t>(services_.io_tile_bytes, std::max<uint64_t>(RoundUp(largest_bytes, 4096), 4096));
   if (settings_.mode == strata::v1::MODE_INFINITY) {
+    const uint64_t streams = 1 + state_layout.exp_avg + state_layout.exp_avg_sq + state_layout.max_exp_avg_sq;
+    const uint64_t tile_elements = std::max<uint64_t>(tile_bytes / 4 / 1024 * 1024, 1024);
+    if (services_.pinned != nullptr) {
+      // Bounded by 3 x 4 x io_tile_bytes; each rank's region and host states
+      // are reserved by BuildRankLocked.
+      STRATA_ASSIGN_OR_RETURN(
+          pinned_reservation_,
+          services_.pinned->Reserve(3 * streams * tile_elements * 4,
+                                    absl::StrCat("job '", settings_.name, "' NVMe staging")));
+    }
     STRATA_ASSIGN_OR_RETURN(states_, NvmeShardStateStore::Create(id_, state_layout, services_.nvme,
-                                                                  services_.nvme_mu, services_.io_tile_bytes));
+                                                                  services_.nvme_mu, tile_bytes));
   } else {
     states_ = std::make_unique<HostShardStateStore>(state_layout);
   }
@@ -134,26 +209,8 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
       ranks_[r].initialized = true;
     }
   }
-  if (supplied == nullptr) {
-    // The optimizer states' partition decides what each rank's daemon-side
-    // shards hold (stage 1/2: one flat shard cut into sub-groups; stage 3:
-    // one shard per tensor).
-    STRATA_ASSIGN_OR_RETURN(std::vector<RankLayout> layouts,
-                            PartitionState(spec, StateClass::kOptimizerStates));
-    const uint64_t align = AlignmentElements(spec.alignment_bytes);
-    for (uint32_t r = 0; r < settings_.world_size; ++r) {
-      if (!settings_.IsLocal(r)) continue;
-      STRATA_RETURN_IF_ERROR(BuildRankLocked(
-          r,
-          settings_.stage == 3 ? layouts[r].shards
-                               : SplitSubGroups(layouts[r].shards.at(0), settings_.sub_group_size, align),
-          adopt));
-    }
-  } else {
-    for (uint32_t r = 0; r < supplied->size() && r < settings_.world_size; ++r) {
-      if (!settings_.IsLocal(r) || (*supplied)[r].empty()) continue;
-      STRATA_RETURN_IF_ERROR(BuildRankLocked(r, (*supplied)[r], adopt));
-    }
+  for (uint32_t r = 0; r < settings_.world_size; ++r) {
+    if (to_build[r]) STRATA_RETURN_IF_ERROR(BuildRankLocked(r, std::move(*to_build[r]), adopt));
   }
   if (settings_.mode == strata::v1::MODE_INFINITY) {
     uint64_t largest_param_slot = 0, total_param_bytes = 0, built = 0;
@@ -183,41 +240,58 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
   return absl::OkStatus();
 }
 
+
 absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, bool adopt) {
   RankState& rank = ranks_[r];
+  const RequestLimits& limits = Limits();
   const uint64_t grad_bytes = DTypeSize(settings_.grad_dtype);
   const uint64_t param_bytes = DTypeSize(settings_.param_dtype);
-  // Sizes may come from a trainer: every product and sum is checked.
+  const StateLayout state_layout = StateLayoutFor(settings_.optimizer);
+  const uint64_t streams = 1 + state_layout.exp_avg + state_layout.exp_avg_sq + state_layout.max_exp_avg_sq;
+  // Sizes may come from a trainer: every product and sum is checked, and the
+  // whole footprint is known (and refused, when too big) before anything is
+  // allocated.
   uint64_t offset = 0;
+  uint64_t state_bytes = 0;
   std::vector<ExchangeSlot> slots;
   for (ShardLayout& shard : shards) {
     ExchangeSlot slot;
-    uint64_t gbytes = 0, pbytes = 0;
-    if (__builtin_mul_overflow(shard.padded_numel, grad_bytes, &gbytes) ||
-        __builtin_mul_overflow(shard.padded_numel, param_bytes, &pbytes) || gbytes > (1ull << 50) ||
-        pbytes > (1ull << 50)) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", r, " shard ", shard.index, " of ",
-                                                     shard.padded_numel, " elements is too large"));
-    }
     slot.grad_offset = offset;
-    offset += RoundUp(gbytes, kPage);
+    STRATA_ASSIGN_OR_RETURN(const uint64_t graw, CheckedMul(shard.padded_numel, grad_bytes, "grad slot bytes"));
+    STRATA_ASSIGN_OR_RETURN(const uint64_t gslot, CheckedRoundUp(graw, kPage, "grad slot bytes"));
+    STRATA_ASSIGN_OR_RETURN(offset, CheckedAdd(offset, gslot, "exchange region bytes"));
     slot.param_offset = offset;
-    offset += RoundUp(pbytes, kPage);
-    if (offset > (1ull << 52)) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", r, "'s shards are too large in total"));
-    }
-    if (param_cache_ != nullptr && 2 * RoundUp(pbytes, kPage) > param_budget_) {
+    STRATA_ASSIGN_OR_RETURN(const uint64_t praw, CheckedMul(shard.padded_numel, param_bytes, "param slot bytes"));
+    STRATA_ASSIGN_OR_RETURN(const uint64_t pslot, CheckedRoundUp(praw, kPage, "param slot bytes"));
+    STRATA_ASSIGN_OR_RETURN(offset, CheckedAdd(offset, pslot, "exchange region bytes"));
+    if (param_cache_ != nullptr && pslot > param_budget_ / 2) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", r, " shard ", shard.index, " needs ", RoundUp(pbytes, kPage),
+          "rank ", r, " shard ", shard.index, " needs ", pslot,
           " bytes of param slot, more than half the job's pinned budget of ", param_budget_,
           " bytes (raise pinned_budget_bytes or cut the shard)"));
+    }
+    if (settings_.mode != strata::v1::MODE_INFINITY) {
+      // HostShardStateStore keeps each shard's states in pinned memory.
+      STRATA_ASSIGN_OR_RETURN(const uint64_t sraw, CheckedMul(shard.padded_numel, streams * 4, "state bytes"));
+      STRATA_ASSIGN_OR_RETURN(const uint64_t spage, CheckedRoundUp(std::max(sraw, kPage), kPage, "state bytes"));
+      STRATA_ASSIGN_OR_RETURN(state_bytes, CheckedAdd(state_bytes, spage, "state bytes"));
     }
     slot.layout = std::move(shard);
     slots.push_back(std::move(slot));
   }
+  const uint64_t region_bytes = std::max<uint64_t>(offset, kPage);
+  if (region_bytes > limits.max_region_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("rank ", r, "'s exchange region would be ", region_bytes,
+                                                     " bytes; max_region_bytes is ", limits.max_region_bytes));
+  }
+  if (services_.pinned != nullptr) {
+    STRATA_ASSIGN_OR_RETURN(const uint64_t pinned_bytes, CheckedAdd(region_bytes, state_bytes, "pinned bytes"));
+    STRATA_ASSIGN_OR_RETURN(rank.pinned, services_.pinned->Reserve(pinned_bytes, absl::StrCat("job '", settings_.name,
+                                                                                             "' rank ", r)));
+  }
   PinnedArenaOptions options;
   options.name = absl::StrCat("strata-job", id_, "-rank", r);
-  options.size_bytes = std::max<uint64_t>(offset, kPage);
+  options.size_bytes = region_bytes;
   STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
   rank.slots = std::move(slots);
   rank.grad_ready.assign(rank.slots.size(), false);
@@ -491,6 +565,7 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
       owned_.clear();
       ranks_.clear();
       states_.reset();
+      pinned_reservation_ = PinnedBudget::Reservation();
       return s;
     }
     registered_ = true;
@@ -1020,6 +1095,7 @@ JobRecord Job::RecordLocked() const {
   record.groups = group_of_;
   record.group_hyperparams = group_hp_;
   if (supplied_) record.partitions = supplied_partitions_;
+  record.owner_uid = settings_.owner_uid;
   return record;
 }
 
@@ -1043,6 +1119,7 @@ absl::Status Job::WriteRecord(const std::string& record) {
 absl::StatusOr<std::unique_ptr<Job>> Job::Restore(uint64_t id, const std::string& text, JobServices services) {
   STRATA_ASSIGN_OR_RETURN(JobRecord record, ParseJobRecord(text, absl::StrCat("the NVMe record of job ", id)));
   STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(record.settings));
+  settings.owner_uid = record.owner_uid.value_or(0);  // no owner recorded: admins only
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
   absl::MutexLock lock(&job->mu_);
   STRATA_RETURN_IF_ERROR(job->AdoptTensorsLocked(record));

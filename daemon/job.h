@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,8 @@
 #include "daemon/job_settings.h"
 #include "daemon/loss_scaler.h"
 #include "daemon/param_cache.h"
+#include "daemon/pinned_budget.h"
+#include "daemon/request_limits.h"
 #include "daemon/shard_state_store.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tiers/pinned_arena.h"
@@ -87,6 +90,10 @@ struct JobServices {
   ExtentStore* nvme = nullptr;  // required for MODE_INFINITY
   absl::Mutex* nvme_mu = nullptr;  // serializes every use of `nvme`
   uint64_t io_tile_bytes = 64ull << 20;
+  // Caps checked when tensors are registered (nullptr: the defaults).
+  const RequestLimits* limits = nullptr;
+  // The daemon's pinned host memory, shared by all jobs (nullptr: unlimited).
+  PinnedBudget* pinned = nullptr;
 };
 
 class Job {
@@ -158,9 +165,18 @@ class Job {
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
 
   // Checkpoint support: every rank's shards' states, params and the scaler.
-  absl::Status SaveTo(const std::string& directory) const;
-  static absl::StatusOr<std::unique_ptr<Job>> LoadFrom(uint64_t id, const std::string& directory,
-                                                       const std::string& new_name, JobServices services);
+  // The checkpoint `name` is made inside the open directory `parent_fd`
+  // (daemon/checkpoint_dir.h resolves it beneath --checkpoint_root) and must
+  // not exist; nothing that exists is replaced and no link is followed.
+  // Only the job's own lock is held, and only while its record is copied:
+  // other jobs' calls never wait for a save's I/O.
+  absl::Status SaveTo(int parent_fd, const std::string& name, const std::string& display) const;
+  // `dir_fd`: the checkpoint directory, open. `may_load` sees the owner uid
+  // recorded in the manifest (absent in old ones) and may refuse; the new
+  // job belongs to `new_owner`.
+  static absl::StatusOr<std::unique_ptr<Job>> LoadFrom(
+      uint64_t id, int dir_fd, const std::string& display, const std::string& new_name, uint32_t new_owner,
+      const std::function<absl::Status(std::optional<uint32_t>)>& may_load, JobServices services);
 
   // ZeRO-Infinity jobs survive a daemon restart: their record (settings,
   // tensors, step count, loss scaler) is an extent-store shard under this key,
@@ -182,6 +198,7 @@ class Job {
     std::vector<bool> grad_ready;
     std::vector<bool> applied;  // stepped early, this step (see early_apply_)
     bool built = false;         // slots, region and states exist
+    PinnedBudget::Reservation pinned;  // the region and (offload) host states
   };
   struct WorkItem {
     enum Kind { kInspect, kRunStep, kPrepare, kStop } kind;
@@ -190,6 +207,8 @@ class Job {
   };
 
   Job(uint64_t id, JobSettings settings, JobServices services);
+  // The daemon's request limits, or the defaults when none were passed in.
+  const RequestLimits& Limits() const;
   // Creates the state store and every local rank's shards: the daemon's own
   // partition, or `supplied` (per rank; ranks without one are built when
   // they register).
@@ -230,6 +249,9 @@ class Job {
   const uint64_t id_;
   const JobSettings settings_;
   const JobServices services_;
+  // What this job pinned of the daemon's pinned_capacity (declared before
+  // the memory it accounts for, so it is given back after that is freed).
+  PinnedBudget::Reservation pinned_reservation_;  // infinity: NVMe staging
   // ZeRO-Offload without loss scaling or clipping: each shard is stepped as
   // soon as its gradient is in, overlapping the trainers' backward. With
   // either, the update depends on every rank's gradients and waits for all.

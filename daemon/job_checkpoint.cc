@@ -1,32 +1,33 @@
 // Job checkpoints: a directory with manifest.json (settings, tensors, step
-// count, loss-scaler state) and one file per rank and shard holding its fp32
-// master, optimizer states and working params, bit for bit. Written into
-// "<dir>.tmp-<pid>", fsynced, then renamed, so a checkpoint either exists
-// whole or not at all.
+// count, loss-scaler state, owner uid) and one file per rank and shard
+// holding its fp32 master, optimizer states and working params, bit for bit.
+// Written into a fresh hidden directory beside the target, fsynced, then
+// renamed into place with RENAME_NOREPLACE, so a checkpoint either exists
+// whole or not at all and never replaces anything. Every file is opened
+// relative to its directory's fd with O_NOFOLLOW (and O_EXCL when created).
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/errno_status.h"
+#include "core/random_id.h"
 #include "core/status_macros.h"
+#include "core/unix_socket.h"
 #include "daemon/job.h"
 
 namespace strata {
 namespace {
 
-constexpr uint64_t kPage = 4096;
 constexpr char kFormat[] = "strata-checkpoint-v1";
+// Manifests hold settings and a tensor list, bounded by the request caps.
+constexpr size_t kMaxManifestBytes = 64 << 20;
 
-std::string ShardFile(const std::string& dir, uint32_t rank, uint32_t index) {
-  return absl::StrCat(dir, "/rank", rank, "-shard", index, ".bin");
-}
+std::string ShardFile(uint32_t rank, uint32_t index) { return absl::StrCat("rank", rank, "-shard", index, ".bin"); }
 
 absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
   const char* p = static_cast<const char*>(data);
@@ -57,94 +58,151 @@ absl::Status ReadAll(int fd, void* data, size_t size, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status FsyncPath(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening ", path, " to sync"));
-  int rc = fsync(fd);
-  int err = errno;
-  close(fd);
-  if (rc != 0) return ErrnoToStatus(err, absl::StrCat("fsync ", path));
-  return absl::OkStatus();
+// A new file in `dir_fd`: never an existing one, never through a link.
+absl::StatusOr<UniqueFd> CreateFileIn(int dir_fd, const std::string& name, const std::string& display) {
+  UniqueFd fd(openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return ErrnoToStatus(errno, absl::StrCat("creating ", display));
+  return fd;
+}
+
+// An existing regular file in `dir_fd`, not a link.
+absl::StatusOr<UniqueFd> OpenFileIn(int dir_fd, const std::string& name, const std::string& display) {
+  UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) {
+    const int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(display, " is missing"));
+    if (err == ELOOP) return absl::InvalidArgumentError(absl::StrCat(display, " is a symbolic link; refused"));
+    return ErrnoToStatus(err, absl::StrCat("opening ", display));
+  }
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", display));
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(display, " is not a regular file"));
+  // Plain blocking reads from here on.
+  fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+// Removes the files of a half-written temporary directory, then it.
+void RemoveTemp(int parent_fd, const std::string& tmp, const std::vector<std::string>& files) {
+  UniqueFd dir(openat(parent_fd, tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dir.valid()) {
+    for (const std::string& f : files) unlinkat(dir.get(), f.c_str(), 0);
+  }
+  unlinkat(parent_fd, tmp.c_str(), AT_REMOVEDIR);
 }
 
 }  // namespace
 
-absl::Status Job::SaveTo(const std::string& directory) const {
-  // Hold the job still between steps: no step may run while states are read.
+absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::string& display) const {
+  // states_mu_ keeps every step from changing the states while they are
+  // read; mu_ is held only to copy the record and the slots.
   absl::MutexLock states_lock(&states_mu_);
-  absl::MutexLock lock(&mu_);
-  if (!registered_) return absl::FailedPreconditionError("the job has no registered tensors to save");
-  if (step_queued_) {
-    return absl::FailedPreconditionError("a step is running; checkpoint between steps (after WaitStep)");
-  }
-  for (uint32_t r = 0; r < ranks_.size(); ++r) {
-    if (!ranks_[r].initialized) {
-      return absl::FailedPreconditionError(absl::StrCat("rank ", r, " has not initialized its params"));
+  std::string manifest;
+  std::vector<std::vector<ExchangeSlot>> slots;
+  std::vector<const std::byte*> regions;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!registered_) return absl::FailedPreconditionError("the job has no registered tensors to save");
+    if (step_queued_) {
+      return absl::FailedPreconditionError("a step is running; checkpoint between steps (after WaitStep)");
     }
+    for (uint32_t r = 0; r < ranks_.size(); ++r) {
+      if (!ranks_[r].initialized) {
+        return absl::FailedPreconditionError(absl::StrCat("rank ", r, " has not initialized its params"));
+      }
+      for (bool applied : ranks_[r].applied) {
+        if (applied) {
+          return absl::FailedPreconditionError(
+              "part of the next step is already applied; checkpoint between steps (after WaitStep)");
+        }
+      }
+      slots.push_back(ranks_[r].slots);
+      regions.push_back(ranks_[r].exchange.data());
+    }
+    manifest = SerializeJobRecord(RecordLocked(), kFormat);
   }
-  std::error_code ec;
-  if (std::filesystem::exists(directory, ec) && !std::filesystem::is_empty(directory, ec)) {
-    return absl::AlreadyExistsError(absl::StrCat("checkpoint directory ", directory,
-                                                 " exists and is not empty; choose a new one"));
+  // Fail early (the rename below is what decides) when the name is taken.
+  struct stat existing {};
+  if (fstatat(parent_fd, name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0) {
+    return absl::AlreadyExistsError(absl::StrCat("checkpoint ", display, " exists; choose a new name"));
   }
-  const std::string tmp = absl::StrCat(directory, ".tmp-", getpid());
-  std::filesystem::remove_all(tmp, ec);
-  if (!std::filesystem::create_directories(tmp, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot create ", tmp, ": ", ec.message()));
+  STRATA_ASSIGN_OR_RETURN(const std::string suffix, RandomHexToken(8));
+  const std::string tmp = absl::StrCat(".", name.substr(0, 200), ".tmp-", suffix);
+  if (mkdirat(parent_fd, tmp.c_str(), 0700) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("creating a temporary directory beside ", display));
   }
-  const std::string manifest = SerializeJobRecord(RecordLocked(), kFormat);
-  uint64_t bytes = 0;
+  std::vector<std::string> written;
+  bool keep = false;
+  absl::Cleanup cleanup = [&] {
+    if (!keep) RemoveTemp(parent_fd, tmp, written);
+  };
+  UniqueFd dir(openat(parent_fd, tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir.valid()) return ErrnoToStatus(errno, absl::StrCat("opening the temporary directory of ", display));
   const size_t psize = DTypeSize(settings_.param_dtype);
-  for (uint32_t r = 0; r < ranks_.size(); ++r) {
-    for (const ExchangeSlot& slot : ranks_[r].slots) {
-      const std::string path = ShardFile(tmp, r, slot.layout.index);
-      int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("creating ", path));
-      absl::Status s = states_->Read({ShardId{r, slot.layout.index}}, [&](const ShardId&, const StateTile& tile) {
+  for (uint32_t r = 0; r < slots.size(); ++r) {
+    for (const ExchangeSlot& slot : slots[r]) {
+      const std::string file = ShardFile(r, slot.layout.index);
+      const std::string path = absl::StrCat(display, "/", file);
+      STRATA_ASSIGN_OR_RETURN(UniqueFd fd, CreateFileIn(dir.get(), file, path));
+      written.push_back(file);
+      STRATA_RETURN_IF_ERROR(states_->Read({ShardId{r, slot.layout.index}}, [&](const ShardId&, const StateTile& tile) {
         for (const float* stream : {tile.master, tile.exp_avg, tile.exp_avg_sq, tile.max_exp_avg_sq}) {
           if (stream == nullptr) continue;
-          STRATA_RETURN_IF_ERROR(WriteAll(fd, stream, tile.size * 4, path));
-          bytes += tile.size * 4;
+          STRATA_RETURN_IF_ERROR(WriteAll(fd.get(), stream, tile.size * 4, path));
         }
         return absl::OkStatus();
-      });
+      }));
       // Working params as the trainer sees them (in infinity mode, from the
       // NVMe home via the param slot after the last step).
-      if (s.ok()) {
-        s = WriteAll(fd, ranks_[r].exchange.data() + slot.param_offset, slot.layout.padded_numel * psize, path);
-        bytes += slot.layout.padded_numel * psize;
-      }
-      if (s.ok() && fsync(fd) != 0) s = ErrnoToStatus(errno, absl::StrCat("fsync ", path));
-      close(fd);
-      if (!s.ok()) return s;
+      STRATA_RETURN_IF_ERROR(
+          WriteAll(fd.get(), regions[r] + slot.param_offset, slot.layout.padded_numel * psize, path));
+      if (fsync(fd.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path));
     }
   }
   {
-    std::ofstream out(tmp + "/manifest.json");
-    out << manifest;
-    if (!out) return absl::InternalError(absl::StrCat("writing ", tmp, "/manifest.json"));
+    const std::string path = absl::StrCat(display, "/manifest.json");
+    STRATA_ASSIGN_OR_RETURN(UniqueFd fd, CreateFileIn(dir.get(), "manifest.json", path));
+    written.push_back("manifest.json");
+    STRATA_RETURN_IF_ERROR(WriteAll(fd.get(), manifest.data(), manifest.size(), path));
+    if (fsync(fd.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path));
   }
-  STRATA_RETURN_IF_ERROR(FsyncPath(tmp + "/manifest.json"));
-  STRATA_RETURN_IF_ERROR(FsyncPath(tmp));
-  std::filesystem::remove(directory, ec);  // an empty directory may be replaced
-  if (rename(tmp.c_str(), directory.c_str()) != 0) {
-    return ErrnoToStatus(errno, absl::StrCat("renaming ", tmp, " to ", directory));
+  if (fsync(dir.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync the directory of ", display));
+  if (renameat2(parent_fd, tmp.c_str(), parent_fd, name.c_str(), RENAME_NOREPLACE) != 0) {
+    const int err = errno;
+    if (err == EEXIST || err == ENOTEMPTY) {
+      return absl::AlreadyExistsError(absl::StrCat("checkpoint ", display, " exists; choose a new name"));
+    }
+    return ErrnoToStatus(err, absl::StrCat("renaming the checkpoint into ", display));
   }
-  const size_t slash = directory.rfind('/');
-  if (slash != std::string::npos && slash > 0) (void)FsyncPath(directory.substr(0, slash));
+  keep = true;
+  (void)fsync(parent_fd);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(uint64_t id, const std::string& directory,
-                                                   const std::string& new_name, JobServices services) {
-  const std::string manifest_path = directory + "/manifest.json";
-  std::ifstream in(manifest_path);
-  if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint at ", directory, " (", manifest_path, " missing)"));
-  std::stringstream text;
-  text << in.rdbuf();
-  STRATA_ASSIGN_OR_RETURN(JobRecord record, ParseJobRecord(text.str(), manifest_path, kFormat));
+absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(
+    uint64_t id, int dir_fd, const std::string& display, const std::string& new_name, uint32_t new_owner,
+    const std::function<absl::Status(std::optional<uint32_t>)>& may_load, JobServices services) {
+  const std::string manifest_path = absl::StrCat(display, "/manifest.json");
+  auto manifest_fd = OpenFileIn(dir_fd, "manifest.json", manifest_path);
+  if (!manifest_fd.ok()) {
+    if (absl::IsNotFound(manifest_fd.status())) {
+      return absl::NotFoundError(absl::StrCat("no checkpoint at ", display, " (manifest.json missing)"));
+    }
+    return manifest_fd.status();
+  }
+  struct stat st {};
+  if (fstat(manifest_fd->get(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", manifest_path));
+  if (static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(manifest_path, " is ", st.st_size, " bytes; at most ",
+                                                   kMaxManifestBytes, " are read"));
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  STRATA_RETURN_IF_ERROR(ReadAll(manifest_fd->get(), text.data(), text.size(), manifest_path));
+  STRATA_ASSIGN_OR_RETURN(JobRecord record, ParseJobRecord(text, manifest_path, kFormat));
+  STRATA_RETURN_IF_ERROR(may_load(record.owner_uid));
   if (!new_name.empty()) record.settings.set_name(new_name);
   STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(record.settings));
+  settings.owner_uid = new_owner;
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
   // Register as a rank this daemon serves (all of them are, unless local_ranks says otherwise).
   const uint32_t first_local = job->settings_.local_ranks.empty() ? 0 : job->settings_.local_ranks.front();
@@ -165,20 +223,19 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(uint64_t id, const std::strin
   const size_t psize = DTypeSize(job->settings_.param_dtype);
   for (uint32_t r = 0; r < job->ranks_.size(); ++r) {
     for (const ExchangeSlot& slot : job->ranks_[r].slots) {
-      const std::string path = ShardFile(directory, r, slot.layout.index);
-      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("opening checkpoint shard ", path));
+      const std::string file = ShardFile(r, slot.layout.index);
+      const std::string path = absl::StrCat(display, "/", file);
+      STRATA_ASSIGN_OR_RETURN(UniqueFd fd, OpenFileIn(dir_fd, file, path));
       absl::Status s = job->states_->Update({ShardId{r, slot.layout.index}}, [&](const ShardId&, const StateTile& tile) {
         for (float* stream : {tile.master, tile.exp_avg, tile.exp_avg_sq, tile.max_exp_avg_sq}) {
           if (stream == nullptr) continue;
-          STRATA_RETURN_IF_ERROR(ReadAll(fd, stream, tile.size * 4, path));
+          STRATA_RETURN_IF_ERROR(ReadAll(fd.get(), stream, tile.size * 4, path));
         }
         return absl::OkStatus();
       });
       if (s.ok()) {
-        s = ReadAll(fd, job->ranks_[r].exchange.data() + slot.param_offset, slot.layout.padded_numel * psize, path);
+        s = ReadAll(fd.get(), job->ranks_[r].exchange.data() + slot.param_offset, slot.layout.padded_numel * psize, path);
       }
-      close(fd);
       if (!s.ok()) return s;
       if (job->param_cache_ != nullptr) {
         STRATA_RETURN_IF_ERROR(job->param_cache_->StoreHome(r, slot.layout.index));

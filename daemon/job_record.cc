@@ -46,6 +46,7 @@ std::string SerializeJobRecord(const JobRecord& record, const std::string& forma
   }
   r["next_step"] = record.next_step;
   r["optimizer_steps"] = record.optimizer_steps;
+  if (record.owner_uid.has_value()) r["owner_uid"] = *record.owner_uid;
   const LossScalerState& ls = record.loss_scaler;
   r["loss_scaler"] = {{"scale", ls.scale},
                       {"hysteresis_left", ls.hysteresis_left},
@@ -104,6 +105,7 @@ absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::str
     }
     record.next_step = r.at("next_step").get<uint64_t>();
     record.optimizer_steps = r.at("optimizer_steps").get<uint64_t>();
+    if (r.contains("owner_uid")) record.owner_uid = r.at("owner_uid").get<uint32_t>();
     const auto& ls = r.at("loss_scaler");
     record.loss_scaler.scale = ls.at("scale").get<double>();
     record.loss_scaler.hysteresis_left = ls.at("hysteresis_left").get<uint32_t>();

@@ -5,6 +5,7 @@
 #define STRATA_DAEMON_JOB_RECORD_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ struct JobRecord {
   std::vector<strata::v1::GroupHyperparams> group_hyperparams;
   // Trainer-supplied partitions per rank (empty: the daemon's own).
   std::vector<std::vector<ShardLayout>> partitions;
+  // The job's owner; absent in records written before owners were kept.
+  std::optional<uint32_t> owner_uid;
 };
 
 // A JSON object; `format`, when not empty, is stored under "format".

@@ -1,44 +1,66 @@
 #include "daemon/job_registry.h"
 
-#include <fcntl.h>
-#include <unistd.h>
+#include <algorithm>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/random_id.h"
 
 namespace strata {
 namespace {
 
-// 128 random bits from the kernel, hex-encoded.
-std::string NewToken() {
-  unsigned char bytes[16] = {};
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ssize_t got = read(fd, bytes, sizeof(bytes));
-    (void)got;
-    close(fd);
-  }
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(bytes), sizeof(bytes)));
+absl::Status NotYours(const Job& job, const Caller& caller, absl::string_view what) {
+  return absl::PermissionDeniedError(absl::StrCat(
+      "job '", job.settings().name, "' belongs to uid ", job.settings().owner_uid, "; uid ", caller.uid,
+      " may not ", what, " it (only its owner, root, the daemon's user or the admin group may)"));
 }
 
 }  // namespace
 
-JobRegistry::JobRegistry(JobServices services, Clock* clock, absl::Duration lease_timeout,
-                         absl::Duration reattach_timeout)
-    : services_(services), clock_(clock), lease_timeout_(lease_timeout), reattach_timeout_(reattach_timeout) {}
-
-uint64_t JobRegistry::NextJobId() {
-  absl::MutexLock lock(&mu_);
-  return next_job_id_++;
+bool MayManage(const Caller& caller, const Job& job) {
+  return caller.admin || caller.uid == job.settings().owner_uid;
 }
 
-void JobRegistry::ReserveJobIdsBelow(uint64_t id) {
+JobRegistry::JobRegistry(JobServices services, Clock* clock, absl::Duration lease_timeout,
+                         absl::Duration reattach_timeout, uint32_t max_jobs_per_uid)
+    : services_(services),
+      clock_(clock),
+      lease_timeout_(lease_timeout),
+      reattach_timeout_(reattach_timeout),
+      max_jobs_per_uid_(max_jobs_per_uid) {}
+
+absl::StatusOr<uint64_t> JobRegistry::NextJobIdLocked() {
+  while (true) {
+    auto id = RandomId64();
+    if (!id.ok()) return id.status();
+    if (used_job_ids_.insert(*id).second) return *id;
+  }
+}
+
+absl::StatusOr<uint64_t> JobRegistry::NextJobId() {
   absl::MutexLock lock(&mu_);
-  next_job_id_ = std::max(next_job_id_, id);
+  return NextJobIdLocked();
+}
+
+void JobRegistry::ReserveJobId(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  used_job_ids_.insert(id);
+}
+
+absl::Status JobRegistry::CheckJobCapLocked(uid_t owner) const {
+  uint32_t owned = 0;
+  for (const auto& [name, job] : jobs_) owned += job->settings().owner_uid == owner ? 1 : 0;
+  if (owned >= max_jobs_per_uid_) {
+    return absl::ResourceExhaustedError(absl::StrCat("uid ", owner, " already has ", owned,
+                                                     " jobs; max_jobs_per_uid is ", max_jobs_per_uid_,
+                                                     ": delete one first"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::pair<std::shared_ptr<Job>, bool>> JobRegistry::CreateJob(JobSettings settings,
-                                                                            bool attach_if_exists) {
+                                                                            bool attach_if_exists,
+                                                                            const Caller& caller) {
+  uint64_t id = 0;
   {
     absl::MutexLock lock(&mu_);
     if (draining_) return absl::UnavailableError("the daemon is draining and accepts no new jobs");
@@ -46,18 +68,23 @@ absl::StatusOr<std::pair<std::shared_ptr<Job>, bool>> JobRegistry::CreateJob(Job
     if (it != jobs_.end()) {
       const JobSettings& have = it->second->settings();
       if (attach_if_exists && have.world_size == settings.world_size && have.mode == settings.mode) {
+        if (!MayManage(caller, *it->second)) return NotYours(*it->second, caller, "attach to");
         return std::make_pair(it->second, true);
       }
       return absl::AlreadyExistsError(absl::StrCat(
           "job '", settings.name, "' already exists (world size ", have.world_size,
           "); choose another name, delete it, or pass attach_if_exists with the same shape"));
     }
+    if (absl::Status s = CheckJobCapLocked(settings.owner_uid); !s.ok()) return s;
+    auto next = NextJobIdLocked();
+    if (!next.ok()) return next.status();
+    id = *next;
   }
-  const uint64_t id = NextJobId();
   auto job = Job::Create(id, std::move(settings), services_);
   if (!job.ok()) return job.status();
   std::shared_ptr<Job> shared = std::move(*job);
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckJobCapLocked(shared->settings().owner_uid); !s.ok()) return s;
   auto [it, inserted] = jobs_.emplace(shared->settings().name, shared);
   if (!inserted) {
     return absl::AlreadyExistsError(absl::StrCat("job '", shared->settings().name, "' already exists"));
@@ -73,26 +100,30 @@ absl::Status JobRegistry::AddJob(std::shared_ptr<Job> job) {
   if (jobs_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("job '", name, "' already exists; choose another name"));
   }
+  if (absl::Status s = CheckJobCapLocked(job->settings().owner_uid); !s.ok()) return s;
+  used_job_ids_.insert(job->id());
   job_last_attached_[job->id()] = clock_->Now();
   jobs_.emplace(name, std::move(job));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Job>> JobRegistry::FindJob(const std::string& name) const {
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::FindJob(const std::string& name, const Caller& caller) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(name);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("no job named '", name, "'; `strata jobs` lists them"));
   }
+  if (!MayManage(caller, *it->second)) return NotYours(*it->second, caller, "use");
   return it->second;
 }
 
-absl::Status JobRegistry::DeleteJob(const std::string& name) {
+absl::Status JobRegistry::DeleteJob(const std::string& name, const Caller& caller) {
   std::shared_ptr<Job> job;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(name);
     if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job named '", name, "'"));
+    if (!MayManage(caller, *it->second)) return NotYours(*it->second, caller, "delete");
     job = it->second;
     std::vector<uint64_t> ended;
     for (const auto& [sid, s] : sessions_) {
@@ -109,7 +140,14 @@ std::vector<std::shared_ptr<Job>> JobRegistry::Jobs() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<Job>> out;
   for (const auto& [name, job] : jobs_) out.push_back(job);
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->id() < b->id(); });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->settings().name < b->settings().name; });
+  return out;
+}
+
+std::vector<std::shared_ptr<Job>> JobRegistry::JobsOf(const Caller& caller) const {
+  std::vector<std::shared_ptr<Job>> out = Jobs();
+  out.erase(std::remove_if(out.begin(), out.end(), [&](const auto& job) { return !MayManage(caller, *job); }),
+            out.end());
   return out;
 }
 
@@ -135,7 +173,7 @@ void JobRegistry::EndSessionLocked(uint64_t session_id) {
   }
 }
 
-absl::StatusOr<AttachResult> JobRegistry::Attach(const std::string& job_name, uint32_t rank) {
+absl::StatusOr<AttachResult> JobRegistry::Attach(const std::string& job_name, uint32_t rank, const Caller& caller) {
   absl::MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("the daemon is draining and accepts no new attaches");
   auto it = jobs_.find(job_name);
@@ -143,6 +181,7 @@ absl::StatusOr<AttachResult> JobRegistry::Attach(const std::string& job_name, ui
     return absl::NotFoundError(absl::StrCat("no job named '", job_name, "'; create it first"));
   }
   std::shared_ptr<Job> job = it->second;
+  if (!MayManage(caller, *job)) return NotYours(*job, caller, "attach to");
   if (rank >= job->settings().world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is out of range for job '", job_name,
                                                    "' of world size ", job->settings().world_size));
@@ -153,24 +192,34 @@ absl::StatusOr<AttachResult> JobRegistry::Attach(const std::string& job_name, ui
   }
   AttachResult result;
   result.job = job;
+  uint64_t session_id = 0;
+  while (session_id == 0 || sessions_.contains(session_id)) {
+    auto id = RandomId64();
+    if (!id.ok()) return id.status();
+    session_id = *id;
+  }
+  auto token = RandomHexToken(16);
+  if (!token.ok()) return token.status();
   // A new session of a rank replaces the old one: the usual reason is that
   // the trainer process died and was restarted.
   if (auto rs = rank_sessions_.find({job->id(), rank}); rs != rank_sessions_.end()) {
     EndSessionLocked(rs->second);
   }
   result.reattached = job->registered();
-  result.session_id = next_session_id_++;
-  sessions_[result.session_id] = Session{job->id(), rank, clock_->Now()};
+  result.session_id = session_id;
+  sessions_[result.session_id] = Session{job->id(), rank, clock_->Now(), caller.uid};
   rank_sessions_[{job->id(), rank}] = result.session_id;
-  result.fd_token = NewToken();
+  result.fd_token = *token;
   tokens_[result.fd_token] = Token{result.session_id, clock_->Now() + lease_timeout_};
   return result;
 }
 
-absl::StatusOr<SessionRef> JobRegistry::Touch(uint64_t session_id) {
+absl::StatusOr<SessionRef> JobRegistry::Touch(uint64_t session_id, const Caller& caller) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) {
+  // A session of another uid is reported exactly like an unknown one: ids are
+  // random, and the answer must not confirm a guess.
+  if (it == sessions_.end() || (it->second.uid != caller.uid && !caller.admin)) {
     return absl::NotFoundError(absl::StrCat(
         "session ", session_id, " is not attached (it detached, its lease expired, or a newer "
         "session of the same rank replaced it); attach again"));
@@ -182,16 +231,17 @@ absl::StatusOr<SessionRef> JobRegistry::Touch(uint64_t session_id) {
   return absl::NotFoundError("the session's job was deleted");
 }
 
-absl::Status JobRegistry::Detach(uint64_t session_id) {
+absl::Status JobRegistry::Detach(uint64_t session_id, const Caller& caller) {
   absl::MutexLock lock(&mu_);
-  if (!sessions_.contains(session_id)) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || (it->second.uid != caller.uid && !caller.admin)) {
     return absl::NotFoundError(absl::StrCat("session ", session_id, " is not attached"));
   }
   EndSessionLocked(session_id);
   return absl::OkStatus();
 }
 
-absl::StatusOr<SessionRef> JobRegistry::RedeemToken(const std::string& token) {
+absl::StatusOr<SessionRef> JobRegistry::RedeemToken(const std::string& token, const Caller& peer) {
   uint64_t session_id;
   {
     absl::MutexLock lock(&mu_);
@@ -201,8 +251,13 @@ absl::StatusOr<SessionRef> JobRegistry::RedeemToken(const std::string& token) {
     session_id = it->second.session_id;
     tokens_.erase(it);
     if (expired) return absl::PermissionDeniedError("the fd token expired; attach again");
+    auto s = sessions_.find(session_id);
+    if (s != sessions_.end() && s->second.uid != peer.uid && !peer.admin) {
+      return absl::PermissionDeniedError(absl::StrCat("the fd token was issued to uid ", s->second.uid,
+                                                      ", not to uid ", peer.uid));
+    }
   }
-  return Touch(session_id);
+  return Touch(session_id, peer);
 }
 
 std::vector<std::string> JobRegistry::Expire() {

@@ -35,6 +35,9 @@ struct JobSettings {
   bool external_step_agreement = false;
   bool IsLocal(uint32_t rank) const;
   std::vector<std::string> warnings;  // unknown DeepSpeed keys
+  // Who created the job (the caller's uid, never the request's word); kept in
+  // the job's NVMe record and its checkpoints' manifests.
+  uint32_t owner_uid = 0;
 };
 
 // InvalidArgument naming the field for: empty or over-long name, world_size

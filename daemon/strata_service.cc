@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/checkpoint_dir.h"
 #include "daemon/grpc_status.h"
 
 namespace strata {
@@ -17,7 +18,38 @@ absl::Time CallDeadline(grpc::ServerContext* context, absl::Duration cap) {
   return std::min(cap_at, absl::FromChrono(deadline));
 }
 
+// Counts a parked blocking call; the cap keeps a flood of waits from tying
+// up the server's threads.
+class PendingWait {
+ public:
+  PendingWait(std::atomic<uint32_t>* counter, uint32_t cap) : counter_(counter) {
+    admitted_ = counter_->fetch_add(1) < cap;
+  }
+  ~PendingWait() { counter_->fetch_sub(1); }
+  bool admitted() const { return admitted_; }
+
+ private:
+  std::atomic<uint32_t>* counter_;
+  bool admitted_ = false;
+};
+
+absl::Status TooManyWaits(uint32_t cap) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("max_pending_waits (", cap, ") blocking calls are already waiting; retry later"));
+}
+
 }  // namespace
+
+absl::StatusOr<Caller> StrataService::Identify(grpc::ServerContext* context) const {
+  if (ctx_.callers == nullptr) return absl::InternalError("the service has no caller resolver");
+  return ctx_.callers->Resolve(*context);
+}
+
+absl::StatusOr<SessionRef> StrataService::SessionFor(grpc::ServerContext* context, uint64_t session_id) {
+  auto caller = Identify(context);
+  if (!caller.ok()) return caller.status();
+  return ctx_.registry->Touch(session_id, *caller);
+}
 
 void StrataService::FillJobInfo(const Job& job, strata::v1::JobInfo* info) const {
   info->set_job_id(job.id());
@@ -32,46 +64,62 @@ void StrataService::FillJobInfo(const Job& job, strata::v1::JobInfo* info) const
   info->set_skipped_steps(job.counters().steps_skipped);
 }
 
-grpc::Status StrataService::GetStatus(grpc::ServerContext*, const strata::v1::GetStatusRequest*,
+grpc::Status StrataService::GetStatus(grpc::ServerContext* context, const strata::v1::GetStatusRequest*,
                                       strata::v1::GetStatusResponse* response) {
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   response->set_version("0.1.0");
   response->set_pid(getpid());
   response->set_draining(ctx_.registry->draining());
   *response->mutable_config() = ctx_.effective_config;
   for (const std::string& c : ctx_.startup_choices) response->add_startup_choices(c);
-  response->set_jobs(static_cast<uint32_t>(ctx_.registry->Jobs().size()));
+  response->set_jobs(static_cast<uint32_t>(ctx_.registry->JobsOf(*caller).size()));
   return grpc::Status::OK;
 }
 
-grpc::Status StrataService::Noop(grpc::ServerContext*, const strata::v1::NoopRequest*, strata::v1::NoopResponse*) {
-  return grpc::Status::OK;
+grpc::Status StrataService::Noop(grpc::ServerContext* context, const strata::v1::NoopRequest*,
+                                 strata::v1::NoopResponse*) {
+  return ToGrpcStatus(Identify(context).status());
 }
 
-grpc::Status StrataService::CreateJob(grpc::ServerContext*, const strata::v1::CreateJobRequest* request,
+grpc::Status StrataService::CreateJob(grpc::ServerContext* context, const strata::v1::CreateJobRequest* request,
                                       strata::v1::CreateJobResponse* response) {
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (request->world_size() > ctx_.limits.max_world_size) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "world_size ", request->world_size(), " exceeds max_world_size (", ctx_.limits.max_world_size, ")")));
+  }
   auto settings = ResolveJobSettings(*request);
   if (!settings.ok()) return ToGrpcStatus(settings.status());
-  auto created = ctx_.registry->CreateJob(std::move(*settings), request->attach_if_exists());
+  settings->owner_uid = caller->uid;
+  auto created = ctx_.registry->CreateJob(std::move(*settings), request->attach_if_exists(), *caller);
   if (!created.ok()) return ToGrpcStatus(created.status());
   response->set_job_id(created->first->id());
   response->set_existed(created->second);
   return grpc::Status::OK;
 }
 
-grpc::Status StrataService::ListJobs(grpc::ServerContext*, const strata::v1::ListJobsRequest*,
+grpc::Status StrataService::ListJobs(grpc::ServerContext* context, const strata::v1::ListJobsRequest*,
                                      strata::v1::ListJobsResponse* response) {
-  for (const auto& job : ctx_.registry->Jobs()) FillJobInfo(*job, response->add_jobs());
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  for (const auto& job : ctx_.registry->JobsOf(*caller)) FillJobInfo(*job, response->add_jobs());
   return grpc::Status::OK;
 }
 
-grpc::Status StrataService::DeleteJob(grpc::ServerContext*, const strata::v1::DeleteJobRequest* request,
+grpc::Status StrataService::DeleteJob(grpc::ServerContext* context, const strata::v1::DeleteJobRequest* request,
                                       strata::v1::DeleteJobResponse*) {
-  return ToGrpcStatus(ctx_.registry->DeleteJob(request->job()));
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  return ToGrpcStatus(ctx_.registry->DeleteJob(request->job(), *caller));
 }
 
-grpc::Status StrataService::AttachRank(grpc::ServerContext*, const strata::v1::AttachRankRequest* request,
+grpc::Status StrataService::AttachRank(grpc::ServerContext* context, const strata::v1::AttachRankRequest* request,
                                        strata::v1::AttachRankResponse* response) {
-  auto attached = ctx_.registry->Attach(request->job(), request->rank());
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  auto attached = ctx_.registry->Attach(request->job(), request->rank(), *caller);
   if (!attached.ok()) return ToGrpcStatus(attached.status());
   response->set_job_id(attached->job->id());
   response->set_session_id(attached->session_id);
@@ -84,28 +132,31 @@ grpc::Status StrataService::AttachRank(grpc::ServerContext*, const strata::v1::A
   return grpc::Status::OK;
 }
 
-grpc::Status StrataService::Heartbeat(grpc::ServerContext*, const strata::v1::HeartbeatRequest* request,
+grpc::Status StrataService::Heartbeat(grpc::ServerContext* context, const strata::v1::HeartbeatRequest* request,
                                       strata::v1::HeartbeatResponse*) {
-  return ToGrpcStatus(ctx_.registry->Touch(request->session_id()).status());
+  return ToGrpcStatus(SessionFor(context, request->session_id()).status());
 }
 
-grpc::Status StrataService::DetachRank(grpc::ServerContext*, const strata::v1::DetachRankRequest* request,
+grpc::Status StrataService::DetachRank(grpc::ServerContext* context, const strata::v1::DetachRankRequest* request,
                                        strata::v1::DetachRankResponse*) {
-  return ToGrpcStatus(ctx_.registry->Detach(request->session_id()));
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  return ToGrpcStatus(ctx_.registry->Detach(request->session_id(), *caller));
 }
 
-grpc::Status StrataService::RegisterTensors(grpc::ServerContext*, const strata::v1::RegisterTensorsRequest* request,
+grpc::Status StrataService::RegisterTensors(grpc::ServerContext* context, const strata::v1::RegisterTensorsRequest* request,
                                             strata::v1::RegisterTensorsResponse* response) {
-  auto session = ctx_.registry->Touch(request->session_id());
+  auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
+  if (static_cast<uint64_t>(request->tensors_size()) > ctx_.limits.max_tensors_per_job) {
+    return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat("tensors: ", request->tensors_size(),
+                                                                  " tensors exceed max_tensors_per_job (",
+                                                                  ctx_.limits.max_tensors_per_job, ")")));
+  }
   std::vector<TensorSpec> tensors;
   std::vector<uint32_t> groups;
   for (int i = 0; i < request->tensors_size(); ++i) {
     const auto& t = request->tensors(i);
-    if (t.numel() == 0) {
-      return ToGrpcStatus(absl::InvalidArgumentError(
-          absl::StrCat("tensor ", i, " ('", t.name(), "') has 0 elements")));
-    }
     tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(i)), t.name(), t.numel()});
     groups.push_back(t.group());
   }
@@ -119,6 +170,8 @@ grpc::Status StrataService::RegisterTensors(grpc::ServerContext*, const strata::
     }
     partition.push_back(std::move(shard));
   }
+  // Caps and checked sums before the job allocates anything.
+  if (absl::Status s = ValidateTensorList(ctx_.limits, tensors); !s.ok()) return ToGrpcStatus(s);
   Job& job = *session->job;
   if (absl::Status s = job.Register(session->rank, tensors, groups, partition); !s.ok()) return ToGrpcStatus(s);
   for (const ExchangeSlot& slot : job.SlotsOf(session->rank)) {
@@ -142,24 +195,34 @@ grpc::Status StrataService::RegisterTensors(grpc::ServerContext*, const strata::
   return grpc::Status::OK;
 }
 
-grpc::Status StrataService::InitParams(grpc::ServerContext*, const strata::v1::InitParamsRequest* request,
+grpc::Status StrataService::InitParams(grpc::ServerContext* context, const strata::v1::InitParamsRequest* request,
                                        strata::v1::InitParamsResponse*) {
-  auto session = ctx_.registry->Touch(request->session_id());
+  auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
   return ToGrpcStatus(session->job->InitParams(session->rank));
 }
 
-grpc::Status StrataService::GradReady(grpc::ServerContext*, const strata::v1::GradReadyRequest* request,
+grpc::Status StrataService::GradReady(grpc::ServerContext* context, const strata::v1::GradReadyRequest* request,
                                       strata::v1::GradReadyResponse*) {
-  auto session = ctx_.registry->Touch(request->session_id());
+  auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
   return ToGrpcStatus(session->job->GradReady(session->rank, request->index(), request->step()));
 }
 
 grpc::Status StrataService::WaitStep(grpc::ServerContext* context, const strata::v1::WaitStepRequest* request,
                                      strata::v1::WaitStepResponse* response) {
-  auto session = ctx_.registry->Touch(request->session_id());
+  auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
+  // A wait for a step beyond the next one cannot be satisfied soon: refuse
+  // it instead of parking a thread on it.
+  const uint64_t at = session->job->next_step();
+  if (request->step() > at + 1) {
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "step ", request->step(), " is more than one step ahead of the job (at step ", at, "); wait for step ",
+        at, " or ", at + 1)));
+  }
+  PendingWait pending(&pending_waits_, ctx_.limits.max_pending_waits);
+  if (!pending.admitted()) return ToGrpcStatus(TooManyWaits(ctx_.limits.max_pending_waits));
   auto outcome = session->job->WaitStep(request->step(), CallDeadline(context, absl::Minutes(10)));
   if (!outcome.ok()) return ToGrpcStatus(outcome.status());
   response->set_skipped(outcome->skipped);
@@ -169,9 +232,9 @@ grpc::Status StrataService::WaitStep(grpc::ServerContext* context, const strata:
   return grpc::Status::OK;
 }
 
-grpc::Status StrataService::BeginStep(grpc::ServerContext*, const strata::v1::BeginStepRequest* request,
+grpc::Status StrataService::BeginStep(grpc::ServerContext* context, const strata::v1::BeginStepRequest* request,
                                       strata::v1::BeginStepResponse*) {
-  auto session = ctx_.registry->Touch(request->session_id());
+  auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
   std::vector<strata::v1::GroupHyperparams> groups(request->groups().begin(), request->groups().end());
   return ToGrpcStatus(session->job->BeginStep(request->step(), groups));
@@ -179,8 +242,15 @@ grpc::Status StrataService::BeginStep(grpc::ServerContext*, const strata::v1::Be
 
 grpc::Status StrataService::PrepareStep(grpc::ServerContext* context, const strata::v1::PrepareStepRequest* request,
                                         strata::v1::PrepareStepResponse* response) {
-  auto session = ctx_.registry->Touch(request->session_id());
+  auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
+  const uint64_t at = session->job->next_step();
+  if (request->step() > at + 1) {
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "step ", request->step(), " is more than one step ahead of the job (at step ", at, ")")));
+  }
+  PendingWait pending(&pending_waits_, ctx_.limits.max_pending_waits);
+  if (!pending.admitted()) return ToGrpcStatus(TooManyWaits(ctx_.limits.max_pending_waits));
   auto stats = session->job->PrepareStep(request->step(), CallDeadline(context, absl::Minutes(10)));
   if (!stats.ok()) return ToGrpcStatus(stats.status());
   response->set_overflow(stats->overflow);
@@ -188,9 +258,9 @@ grpc::Status StrataService::PrepareStep(grpc::ServerContext* context, const stra
   return grpc::Status::OK;
 }
 
-grpc::Status StrataService::CommitStep(grpc::ServerContext*, const strata::v1::CommitStepRequest* request,
+grpc::Status StrataService::CommitStep(grpc::ServerContext* context, const strata::v1::CommitStepRequest* request,
                                        strata::v1::CommitStepResponse*) {
-  auto session = ctx_.registry->Touch(request->session_id());
+  auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
   return ToGrpcStatus(
       session->job->CommitStep(request->step(), StepStats{request->overflow(), request->squared_norm()}));
@@ -198,56 +268,81 @@ grpc::Status StrataService::CommitStep(grpc::ServerContext*, const strata::v1::C
 
 grpc::Status StrataService::Acquire(grpc::ServerContext* context, const strata::v1::AcquireRequest* request,
                                     strata::v1::AcquireResponse*) {
-  auto session = ctx_.registry->Touch(request->session_id());
+  auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
   std::vector<uint32_t> indices(request->indices().begin(), request->indices().end());
+  PendingWait pending(&pending_waits_, ctx_.limits.max_pending_waits);
+  if (!pending.admitted()) return ToGrpcStatus(TooManyWaits(ctx_.limits.max_pending_waits));
   return ToGrpcStatus(session->job->Acquire(session->rank, indices, CallDeadline(context, absl::Minutes(2))));
 }
 
-grpc::Status StrataService::Release(grpc::ServerContext*, const strata::v1::ReleaseRequest* request,
+grpc::Status StrataService::Release(grpc::ServerContext* context, const strata::v1::ReleaseRequest* request,
                                     strata::v1::ReleaseResponse*) {
-  auto session = ctx_.registry->Touch(request->session_id());
+  auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
   std::vector<uint32_t> indices(request->indices().begin(), request->indices().end());
   return ToGrpcStatus(session->job->Release(session->rank, indices));
 }
 
-grpc::Status StrataService::IterationBoundary(grpc::ServerContext*, const strata::v1::IterationBoundaryRequest* request,
+grpc::Status StrataService::IterationBoundary(grpc::ServerContext* context, const strata::v1::IterationBoundaryRequest* request,
                                               strata::v1::IterationBoundaryResponse*) {
-  auto session = ctx_.registry->Touch(request->session_id());
+  auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
   return ToGrpcStatus(session->job->IterationBoundary(session->rank));
 }
 
-grpc::Status StrataService::SaveCheckpoint(grpc::ServerContext*, const strata::v1::SaveCheckpointRequest* request,
+grpc::Status StrataService::SaveCheckpoint(grpc::ServerContext* context, const strata::v1::SaveCheckpointRequest* request,
                                            strata::v1::SaveCheckpointResponse*) {
-  auto job = ctx_.registry->FindJob(request->job());
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  // The registry's lock is held only to find the job; the save holds none
+  // that another job needs.
+  auto job = ctx_.registry->FindJob(request->job(), *caller);
   if (!job.ok()) return ToGrpcStatus(job.status());
-  if (request->directory().empty() || request->directory().front() != '/') {
-    return ToGrpcStatus(absl::InvalidArgumentError("checkpoint directory must be an absolute path"));
-  }
-  return ToGrpcStatus((*job)->SaveTo(request->directory()));
+  auto place = ResolveCheckpointPlace(ctx_.checkpoint_root, request->directory(), /*create_parents=*/true);
+  if (!place.ok()) return ToGrpcStatus(place.status());
+  return ToGrpcStatus((*job)->SaveTo(place->parent.get(), place->leaf, place->display));
 }
 
-grpc::Status StrataService::LoadCheckpoint(grpc::ServerContext*, const strata::v1::LoadCheckpointRequest* request,
+grpc::Status StrataService::LoadCheckpoint(grpc::ServerContext* context, const strata::v1::LoadCheckpointRequest* request,
                                            strata::v1::LoadCheckpointResponse* response) {
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (ctx_.registry->draining()) {
     return ToGrpcStatus(absl::UnavailableError("the daemon is draining and accepts no new jobs"));
   }
-  auto job = Job::LoadFrom(ctx_.registry->NextJobId(), request->directory(), request->job_name(), ctx_.services);
+  auto place = ResolveCheckpointPlace(ctx_.checkpoint_root, request->directory(), /*create_parents=*/false);
+  if (!place.ok()) return ToGrpcStatus(place.status());
+  auto dir = OpenCheckpointDir(*place);
+  if (!dir.ok()) return ToGrpcStatus(dir.status());
+  auto id = ctx_.registry->NextJobId();
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  const Caller who = *caller;
+  const std::string display = place->display;
+  auto may_load = [who, display](std::optional<uint32_t> owner) -> absl::Status {
+    if (who.admin || (owner.has_value() && *owner == who.uid)) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "checkpoint ", display, " was saved by ",
+        owner.has_value() ? absl::StrCat("uid ", *owner) : std::string("an unrecorded owner"), "; uid ", who.uid,
+        " may not load it (only its owner, root, the daemon's user or the admin group may)"));
+  };
+  auto job = Job::LoadFrom(*id, dir->get(), place->display, request->job_name(), caller->uid, may_load,
+                           ctx_.services);
   if (!job.ok()) return ToGrpcStatus(job.status());
-  const uint64_t id = (*job)->id();
+  const uint64_t job_id = (*job)->id();
   if (absl::Status s = ctx_.registry->AddJob(std::move(*job)); !s.ok()) return ToGrpcStatus(s);
-  response->set_job_id(id);
+  response->set_job_id(job_id);
   return grpc::Status::OK;
 }
 
-grpc::Status StrataService::GetStats(grpc::ServerContext*, const strata::v1::GetStatsRequest*,
+grpc::Status StrataService::GetStats(grpc::ServerContext* context, const strata::v1::GetStatsRequest*,
                                      strata::v1::GetStatsResponse* response) {
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (ctx_.tier_stats) {
     for (auto& t : ctx_.tier_stats()) *response->add_tiers() = t;
   }
-  for (const auto& job : ctx_.registry->Jobs()) {
+  for (const auto& job : ctx_.registry->JobsOf(*caller)) {
     auto* js = response->add_jobs();
     FillJobInfo(*job, js->mutable_job());
     const JobCounters c = job->counters();
@@ -261,7 +356,13 @@ grpc::Status StrataService::GetStats(grpc::ServerContext*, const strata::v1::Get
   return grpc::Status::OK;
 }
 
-grpc::Status StrataService::Drain(grpc::ServerContext*, const strata::v1::DrainRequest*, strata::v1::DrainResponse*) {
+grpc::Status StrataService::Drain(grpc::ServerContext* context, const strata::v1::DrainRequest*, strata::v1::DrainResponse*) {
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (!caller->admin) {
+    return ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat(
+        "uid ", caller->uid, " may not drain the daemon (only root, the daemon's user or the admin group may)")));
+  }
   if (ctx_.drain) ctx_.drain();
   return grpc::Status::OK;
 }

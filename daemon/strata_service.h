@@ -3,10 +3,12 @@
 #ifndef STRATA_DAEMON_STRATA_SERVICE_H_
 #define STRATA_DAEMON_STRATA_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "daemon/caller.h"
 #include "daemon/daemon_config.h"
 #include "daemon/job_registry.h"
 #include "strata/v1/strata.grpc.pb.h"
@@ -24,6 +26,10 @@ struct ServiceContext {
   std::function<std::vector<strata::v1::TierStats>()> tier_stats;
   // Called by Drain: stop accepting, finish steps, flush.
   std::function<void()> drain;
+  // Hardening (docs/SECURITY.md): who calls, the caps, where checkpoints go.
+  const CallerResolver* callers = nullptr;  // required
+  RequestLimits limits;
+  std::string checkpoint_root;  // empty: checkpoints refused
 };
 
 class StrataService final : public strata::v1::Strata::Service {
@@ -75,7 +81,13 @@ class StrataService final : public strata::v1::Strata::Service {
 
  private:
   void FillJobInfo(const Job& job, strata::v1::JobInfo* info) const;
+  // The caller of `context`, or Unauthenticated.
+  absl::StatusOr<Caller> Identify(grpc::ServerContext* context) const;
+  // The caller's session `session_id` (NotFound for another uid's).
+  absl::StatusOr<SessionRef> SessionFor(grpc::ServerContext* context, uint64_t session_id);
   ServiceContext ctx_;
+  // Blocking WaitStep/Acquire calls now parked (capped by max_pending_waits).
+  std::atomic<uint32_t> pending_waits_{0};
 };
 
 }  // namespace strata

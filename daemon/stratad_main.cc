@@ -32,6 +32,19 @@ ABSL_FLAG(std::string, fsync_policy, "", "every_commit, batched or never");
 ABSL_FLAG(std::string, optimizer_threads, "", "CPU optimizer threads (0 = one per core)");
 ABSL_FLAG(std::string, tcp_address, "", "also listen on this loopback TCP address");
 ABSL_FLAG(std::string, metrics_port, "", "serve Prometheus metrics on 127.0.0.1:PORT");
+// Hardening (docs/SECURITY.md).
+ABSL_FLAG(std::string, allowed_group, "", "group (by name) whose members may use the daemon");
+ABSL_FLAG(std::string, admin_group, "", "group (by name) whose members manage every job");
+ABSL_FLAG(std::string, tcp_token_file, "", "token file TCP callers must present (required with --tcp_address)");
+ABSL_FLAG(std::string, checkpoint_root, "", "checkpoints are saved and loaded only beneath this directory");
+ABSL_FLAG(std::string, max_jobs_per_uid, "", "live jobs one uid may own (default 64)");
+ABSL_FLAG(std::string, max_tensors_per_job, "", "tensors one job may register (default 65536)");
+ABSL_FLAG(std::string, max_tensor_elements, "", "elements of one tensor (default 2^36)");
+ABSL_FLAG(std::string, max_job_elements, "", "elements of one job (default 2^37)");
+ABSL_FLAG(std::string, max_region_bytes, "", "bytes of one rank's exchange region (default 64GiB)");
+ABSL_FLAG(std::string, max_name_length, "", "bytes of a tensor name (default 1024)");
+ABSL_FLAG(std::string, max_world_size, "", "ranks of one job (default 4096)");
+ABSL_FLAG(std::string, max_pending_waits, "", "blocking WaitStep/Acquire calls at once (default 256)");
 
 namespace strata {
 namespace {
@@ -45,6 +58,41 @@ absl::Status ApplyUint(const std::string& text, const char* flag,
   }
   (c->*set)(value);
   return absl::OkStatus();
+}
+
+absl::Status ApplyUint64(const std::string& text, const char* flag,
+                         void (strata::v1::DaemonConfig::*set)(uint64_t), strata::v1::DaemonConfig* c) {
+  if (text.empty()) return absl::OkStatus();
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", text, ": expected a whole number"));
+  }
+  (c->*set)(value);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyHardeningFlags(strata::v1::DaemonConfig* c) {
+  using C = strata::v1::DaemonConfig;
+  if (auto v = absl::GetFlag(FLAGS_allowed_group); !v.empty()) c->set_allowed_group(v);
+  if (auto v = absl::GetFlag(FLAGS_admin_group); !v.empty()) c->set_admin_group(v);
+  if (auto v = absl::GetFlag(FLAGS_tcp_token_file); !v.empty()) c->set_tcp_token_file(v);
+  if (auto v = absl::GetFlag(FLAGS_checkpoint_root); !v.empty()) c->set_checkpoint_root(v);
+  if (auto v = absl::GetFlag(FLAGS_max_region_bytes); !v.empty()) c->set_max_region_bytes(v);
+  const struct {
+    std::string value;
+    const char* flag;
+    void (C::*set)(uint32_t);
+  } u32[] = {{absl::GetFlag(FLAGS_max_jobs_per_uid), "max_jobs_per_uid", &C::set_max_jobs_per_uid},
+             {absl::GetFlag(FLAGS_max_tensors_per_job), "max_tensors_per_job", &C::set_max_tensors_per_job},
+             {absl::GetFlag(FLAGS_max_name_length), "max_name_length", &C::set_max_name_length},
+             {absl::GetFlag(FLAGS_max_world_size), "max_world_size", &C::set_max_world_size},
+             {absl::GetFlag(FLAGS_max_pending_waits), "max_pending_waits", &C::set_max_pending_waits}};
+  for (const auto& f : u32) {
+    if (auto s = ApplyUint(f.value, f.flag, f.set, c); !s.ok()) return s;
+  }
+  if (auto s = ApplyUint64(absl::GetFlag(FLAGS_max_tensor_elements), "max_tensor_elements",
+                           &C::set_max_tensor_elements, c); !s.ok()) return s;
+  return ApplyUint64(absl::GetFlag(FLAGS_max_job_elements), "max_job_elements", &C::set_max_job_elements, c);
 }
 
 absl::StatusOr<strata::v1::DaemonConfig> ConfigFromFlags() {
@@ -76,6 +124,7 @@ absl::StatusOr<strata::v1::DaemonConfig> ConfigFromFlags() {
                          &strata::v1::DaemonConfig::set_optimizer_threads, &c); !s.ok()) return s;
   if (auto s = ApplyUint(absl::GetFlag(FLAGS_metrics_port), "metrics_port",
                          &strata::v1::DaemonConfig::set_metrics_port, &c); !s.ok()) return s;
+  if (auto s = ApplyHardeningFlags(&c); !s.ok()) return s;
   return c;
 }
 

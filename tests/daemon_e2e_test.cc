@@ -569,18 +569,20 @@ TEST(DaemonE2ETest, ARankKilledMidStepCanReattachAndTheOtherJobIsUnharmed) {
 TEST(DaemonE2ETest, CheckpointRoundTripIsBitForBit) {
   const std::string dir = TestDir("ckpt");
   DaemonProcess daemon(dir);
-  ASSERT_TRUE(daemon.Start());
+  // Checkpoints live beneath --checkpoint_root (absolute paths inside it work).
+  const std::string root = dir + "/ckroot";
+  ASSERT_TRUE(daemon.Start({"--checkpoint_root", root}));
   auto client = daemon.Connect();
   RunOffloadJob(*client, "saved", 2);
-  ASSERT_TRUE(client->SaveCheckpoint("saved", dir + "/ckpt").ok());
-  EXPECT_EQ(client->SaveCheckpoint("saved", dir + "/ckpt").code(), absl::StatusCode::kAlreadyExists);
-  auto loaded = client->LoadCheckpoint(dir + "/ckpt", "restored");
+  ASSERT_TRUE(client->SaveCheckpoint("saved", root + "/ckpt").ok());
+  EXPECT_EQ(client->SaveCheckpoint("saved", root + "/ckpt").code(), absl::StatusCode::kAlreadyExists);
+  auto loaded = client->LoadCheckpoint(root + "/ckpt", "restored");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_TRUE(client->SaveCheckpoint("restored", dir + "/ckpt2").ok());
-  for (const auto& entry : std::filesystem::directory_iterator(dir + "/ckpt")) {
+  ASSERT_TRUE(client->SaveCheckpoint("restored", root + "/ckpt2").ok());
+  for (const auto& entry : std::filesystem::directory_iterator(root + "/ckpt")) {
     const std::string name = entry.path().filename();
     if (name == "manifest.json") continue;
-    std::ifstream a(entry.path(), std::ios::binary), b(dir + "/ckpt2/" + name, std::ios::binary);
+    std::ifstream a(entry.path(), std::ios::binary), b(root + "/ckpt2/" + name, std::ios::binary);
     std::string da((std::istreambuf_iterator<char>(a)), {}), db((std::istreambuf_iterator<char>(b)), {});
     EXPECT_FALSE(da.empty());
     EXPECT_EQ(da, db) << name;
@@ -589,7 +591,7 @@ TEST(DaemonE2ETest, CheckpointRoundTripIsBitForBit) {
   auto jobs = client->ListJobs();
   ASSERT_TRUE(jobs.ok());
   for (const JobSummary& j : *jobs) EXPECT_EQ(j.step, 2u) << j.name;
-  EXPECT_EQ(client->LoadCheckpoint(dir + "/nope", "x").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client->LoadCheckpoint(root + "/nope", "x").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(daemon.Stop(), 0);
 }
 

@@ -38,6 +38,7 @@ class DaemonProcess {
   std::string socket() const { return dir_ + "/s.sock"; }
   std::string log() const { return dir_ + "/stratad.log"; }
   std::string nvme() const { return dir_ + "/nvme"; }
+  pid_t pid() const { return pid_; }
 
   // Starts stratad and waits until it answers.
   ::testing::AssertionResult Start(std::vector<std::string> extra = {}) {

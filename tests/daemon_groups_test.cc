@@ -264,7 +264,7 @@ TEST(DaemonGroupsTest, InfinityGroupsSurviveADaemonRestart) {
 TEST(DaemonGroupsTest, ACheckpointKeepsGroupsAndHyperparameters) {
   const std::string dir = TestDir("ckpt");
   CleanDaemon daemon(dir);
-  ASSERT_TRUE(daemon.Start());
+  ASSERT_TRUE(daemon.Start({"--checkpoint_root", dir}));  // checkpoints live beneath it
   auto client = daemon.Connect();
   ASSERT_TRUE(client->CreateJob(OffloadSpec("saved")).ok());
   {

@@ -175,7 +175,7 @@ void RunSupplied(StrataClient& client, const std::string& name, bool infinity, b
 TEST(DaemonPartitionTest, SuppliedPartitionsStepBitForBitInOffloadAndInfinity) {
   const std::string dir = TestDir("ok");
   CleanDaemon daemon(dir);
-  ASSERT_TRUE(daemon.Start());
+  ASSERT_TRUE(daemon.Start({"--checkpoint_root", dir}));  // checkpoints live beneath it
   auto client = daemon.Connect();
   RunSupplied(*client, "flat", /*infinity=*/false, /*flat=*/true);
   RunSupplied(*client, "per-tensor", /*infinity=*/true, /*flat=*/false);

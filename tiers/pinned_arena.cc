@@ -1,5 +1,6 @@
 #include "tiers/pinned_arena.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -77,11 +78,16 @@ absl::StatusOr<PinnedArena> PinnedArena::Create(const PinnedArenaOptions& option
   }
   PinnedArena arena;
   arena.size_ = options.size_bytes;
-  arena.fd_ = memfd_create(options.name.c_str(), MFD_CLOEXEC);
+  arena.fd_ = memfd_create(options.name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (arena.fd_ < 0) return ErrnoToStatus(errno, absl::StrCat("memfd_create '", options.name, "'"));
   if (ftruncate(arena.fd_, static_cast<off_t>(options.size_bytes)) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("sizing pinned arena '", options.name, "' to ",
                                              FormatBytes(options.size_bytes)));
+  }
+  // The fd is handed to other processes: seal its size, so no holder can
+  // shrink it under our mapping (a SIGBUS in the daemon) or grow it.
+  if (fcntl(arena.fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("sealing pinned arena '", options.name, "'"));
   }
   void* mapped = mmap(nullptr, options.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
                       arena.fd_, 0);

@@ -1,6 +1,10 @@
 // PinnedArena: one block of page-locked host memory backed by a memfd, so it
 // can later be shared with trainer processes by passing the fd.
 //
+// The memfd is sealed against shrinking and growing (F_SEAL_SHRINK |
+// F_SEAL_GROW | F_SEAL_SEAL) once sized: its fd is handed to trainers, and a
+// holder's ftruncate must fail rather than SIGBUS the daemon.
+//
 // Creation does all the expensive work once: memfd_create + ftruncate, a
 // shared mapping, MADV_HUGEPAGE (effective where shmem transparent huge pages
 // allow it), population of every page (MADV_POPULATE_WRITE, or a touch loop
