@@ -68,8 +68,10 @@ class DaemonServer {
   RealClock clock_;
   std::unique_ptr<CpuOptimizer> optimizer_;
   std::unique_ptr<IoEngine> engine_;
+  // More I/O lanes for the extent store (engines are one-thread-at-a-time):
+  // several jobs' loads and saves run at once.
+  std::vector<std::unique_ptr<IoEngine>> lane_engines_;
   std::unique_ptr<ExtentStore> nvme_;
-  absl::Mutex nvme_mu_;
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<StrataService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

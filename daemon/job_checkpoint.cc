@@ -17,12 +17,16 @@
 #include "core/errno_status.h"
 #include "core/status_macros.h"
 #include "daemon/job.h"
+#include "swap/aligned_buffer.h"
+#include "swap/extent_store.h"
 
 namespace strata {
 namespace {
 
 constexpr uint64_t kPage = 4096;
 constexpr char kFormat[] = "strata-checkpoint-v1";
+
+uint64_t RoundUpTo(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 std::string ShardFile(const std::string& dir, uint32_t rank, uint32_t index) {
   return absl::StrCat(dir, "/rank", rank, "-shard", index, ".bin");
@@ -108,10 +112,19 @@ absl::Status Job::SaveTo(const std::string& directory) const {
         }
         return absl::OkStatus();
       });
-      // Working params as the trainer sees them (in infinity mode, from the
-      // NVMe home via the param slot after the last step).
+      // Working params as the trainer sees them. In infinity mode their home
+      // on NVMe is the truth: a slot may be empty (a job restored after a
+      // restart has not read its params back yet) or not resident.
+      const std::byte* params = ranks_[r].exchange.data() + slot.param_offset;
+      absl::StatusOr<AlignedBuffer> home;
+      if (s.ok() && param_cache_ != nullptr) {
+        home = AlignedBuffer::Allocate(RoundUpTo(slot.layout.padded_numel * psize, kPage),
+                                       services_.nvme->alignment());
+        s = home.ok() ? param_cache_->ReadHome(r, slot.layout.index, home->span()) : home.status();
+        if (s.ok()) params = home->data();
+      }
       if (s.ok()) {
-        s = WriteAll(fd, ranks_[r].exchange.data() + slot.param_offset, slot.layout.padded_numel * psize, path);
+        s = WriteAll(fd, params, slot.layout.padded_numel * psize, path);
         bytes += slot.layout.padded_numel * psize;
       }
       if (s.ok() && fsync(fd) != 0) s = ErrnoToStatus(errno, absl::StrCat("fsync ", path));
@@ -172,6 +185,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(uint64_t id, const std::strin
     }
   }
   job->ApplyRecordLocked(record);
+  if (job->services_.nvme != nullptr && job->settings_.mode == strata::v1::MODE_INFINITY) {
+    // The loaded states and param homes become durable with the job's
+    // record, so the job survives a restart from here on.
+    STRATA_RETURN_IF_ERROR(job->CommitWithRecord(SerializeJobRecord(job->RecordLocked())));
+  }
   return job;
 }
 

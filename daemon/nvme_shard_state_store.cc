@@ -10,8 +10,7 @@
 namespace strata {
 
 absl::StatusOr<std::unique_ptr<NvmeShardStateStore>> NvmeShardStateStore::Create(
-    uint64_t job_id, const StateLayout& layout, ExtentStore* store, absl::Mutex* store_mu,
-    uint64_t tile_bytes) {
+    uint64_t job_id, const StateLayout& layout, ExtentStore* store, uint64_t tile_bytes) {
   if (store == nullptr) {
     return absl::FailedPreconditionError(
         "ZeRO-Infinity needs the NVMe tier: start stratad with --nvme_path DIR");
@@ -21,15 +20,14 @@ absl::StatusOr<std::unique_ptr<NvmeShardStateStore>> NvmeShardStateStore::Create
   auto staging = AlignedBuffer::Allocate(3 * streams * tile_elements * 4, store->alignment());
   if (!staging.ok()) return staging.status();
   return std::unique_ptr<NvmeShardStateStore>(new NvmeShardStateStore(
-      job_id, layout, store, store_mu, tile_elements, std::move(*staging)));
+      job_id, layout, store, tile_elements, std::move(*staging)));
 }
 
 NvmeShardStateStore::NvmeShardStateStore(uint64_t job_id, const StateLayout& layout, ExtentStore* store,
-                                         absl::Mutex* store_mu, uint64_t tile_elements, AlignedBuffer staging)
+                                         uint64_t tile_elements, AlignedBuffer staging)
     : job_id_(job_id),
       layout_(layout),
       store_(store),
-      store_mu_(store_mu),
       tile_elements_(tile_elements),
       staging_(std::move(staging)) {}
 
@@ -76,7 +74,6 @@ StateTile NvmeShardStateStore::StagingTile(int set, const TileRef& ref) {
 absl::Status NvmeShardStateStore::Load(int set, const TileRef& ref) {
   const std::vector<TensorKind> streams = Streams();
   std::byte* base = staging_.data() + set * streams.size() * tile_elements_ * 4;
-  absl::MutexLock lock(store_mu_);
   for (size_t s = 0; s < streams.size(); ++s) {
     ShardKey key{JobId(job_id_), Rank(ref.shard.rank), TensorId(ref.shard.index), streams[s], ref.tile};
     auto got = store_->Read(key, absl::Span<std::byte>(base + s * tile_elements_ * 4, tile_elements_ * 4));
@@ -95,7 +92,6 @@ absl::Status NvmeShardStateStore::Load(int set, const TileRef& ref) {
 absl::Status NvmeShardStateStore::Save(int set, const TileRef& ref) {
   const std::vector<TensorKind> streams = Streams();
   const std::byte* base = staging_.data() + set * streams.size() * tile_elements_ * 4;
-  absl::MutexLock lock(store_mu_);
   for (size_t s = 0; s < streams.size(); ++s) {
     ShardKey key{JobId(job_id_), Rank(ref.shard.rank), TensorId(ref.shard.index), streams[s], ref.tile};
     absl::Status st = store_->Write(key, absl::Span<const std::byte>(base + s * tile_elements_ * 4, ref.size * 4));
@@ -118,7 +114,6 @@ absl::Status NvmeShardStateStore::Create(uint32_t rank, uint32_t index, uint64_t
 
 absl::Status NvmeShardStateStore::Adopt(uint32_t rank, uint32_t index, uint64_t numel) {
   numel_[{rank, index}] = numel;
-  absl::MutexLock lock(store_mu_);
   for (const TileRef& ref : Tiles({ShardId{rank, index}})) {
     for (TensorKind kind : Streams()) {
       ShardKey key{JobId(job_id_), Rank(rank), TensorId(index), kind, ref.tile};

@@ -8,7 +8,9 @@
 // Each tile of each stream is one extent-store shard:
 // ShardKey{job, rank, tensor = shard index, kind = stream, index = tile}.
 //
-// Thread-compatible: one Update at a time (the job's worker calls it).
+// Thread-compatible: one Update at a time (the job's worker calls it). The
+// extent store is shared with other jobs and safe for concurrent use; this
+// job's tile loads and saves run on its I/O lanes at once.
 #ifndef STRATA_DAEMON_NVME_SHARD_STATE_STORE_H_
 #define STRATA_DAEMON_NVME_SHARD_STATE_STORE_H_
 
@@ -27,10 +29,8 @@ class ExtentStore;
 
 class NvmeShardStateStore final : public ShardStateStore {
  public:
-  // `store_mu` serializes every use of `store` in the daemon.
   static absl::StatusOr<std::unique_ptr<NvmeShardStateStore>> Create(
-      uint64_t job_id, const StateLayout& layout, ExtentStore* store, absl::Mutex* store_mu,
-      uint64_t tile_bytes);
+      uint64_t job_id, const StateLayout& layout, ExtentStore* store, uint64_t tile_bytes);
 
   absl::Status Create(uint32_t rank, uint32_t index, uint64_t numel) override;
   absl::Status Adopt(uint32_t rank, uint32_t index, uint64_t numel) override;
@@ -46,7 +46,7 @@ class NvmeShardStateStore final : public ShardStateStore {
     uint64_t size = 0;
   };
   NvmeShardStateStore(uint64_t job_id, const StateLayout& layout, ExtentStore* store,
-                      absl::Mutex* store_mu, uint64_t tile_elements, AlignedBuffer staging);
+                      uint64_t tile_elements, AlignedBuffer staging);
   std::vector<TileRef> Tiles(const std::vector<ShardId>& shards) const;
   StateTile StagingTile(int set, const TileRef& ref);
   absl::Status Load(int set, const TileRef& ref);
@@ -57,7 +57,6 @@ class NvmeShardStateStore final : public ShardStateStore {
   const uint64_t job_id_;
   const StateLayout layout_;
   ExtentStore* const store_;
-  absl::Mutex* const store_mu_;
   const uint64_t tile_elements_;
   // 3 sets x streams x tile, on transparent huge pages: private to the
   // daemon (no need for a shareable memfd, whose shmem pages are 4 KiB here),
