@@ -498,6 +498,11 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (harness.jobs_verified() == 0) {
+    std::printf("FAILED: no job lived through a kill to be verified; the daemon is too slow for --max_kill_ms %d "
+                "(see %s)\n", max_kill_ms, harness.log().c_str());
+    return 1;
+  }
   std::printf("| rounds (kill -9) survived | jobs verified bit for bit | checkpoints verified | deletes | seconds |\n");
   std::printf("|---|---|---|---|---|\n");
   std::printf("| %d | %d | %d | %d | %.1f |\n", rounds, harness.jobs_verified(), harness.checkpoints_verified(),
