@@ -198,7 +198,13 @@ grpc::Status StrataService::LoadCheckpoint(grpc::ServerContext*, const strata::v
   auto job = Job::LoadFrom(ctx_.registry->NextJobId(), request->directory(), request->job_name(), ctx_.services);
   if (!job.ok()) return ToGrpcStatus(job.status());
   const uint64_t id = (*job)->id();
-  if (absl::Status s = ctx_.registry->AddJob(std::move(*job)); !s.ok()) return ToGrpcStatus(s);
+  std::shared_ptr<Job> loaded = std::move(*job);
+  if (absl::Status s = ctx_.registry->AddJob(loaded); !s.ok()) {
+    // An Infinity load is already committed to NVMe: remove it again, or it
+    // would come back at the next start in place of the job holding the name.
+    (void)loaded->Retire();
+    return ToGrpcStatus(s);
+  }
   response->set_job_id(id);
   return grpc::Status::OK;
 }
