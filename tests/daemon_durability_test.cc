@@ -20,12 +20,24 @@
 namespace strata {
 namespace {
 
-std::string TestDir(const std::string& name) {
-  std::string dir = absl::StrCat(BuildDir(), "/durability-", name, "-", getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+// A fresh directory for one test, removed when the test passed (each holds
+// a preallocated NVMe data file); kept for a look when it failed.
+class ScopedDir {
+ public:
+  explicit ScopedDir(const std::string& name)
+      : path_(absl::StrCat(BuildDir(), "/durability-", name, "-", getpid())) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScopedDir() {
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(path_);
+  }
+  operator const std::string&() const { return path_; }
+  std::string operator+(const std::string& tail) const { return path_ + tail; }
+
+ private:
+  std::string path_;
+};
 
 std::vector<TensorDesc> Model() { return {{"w1", 5000}, {"b1", 37}, {"w2", 12000}}; }
 float InitialParam(uint32_t t, uint64_t e) { return std::sin(0.001f * (e + 1) + t); }
@@ -122,7 +134,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 TEST(DaemonDurabilityTest, DeletedAndExpiredJobsStayDeletedAfterKill9) {
-  const std::string dir = TestDir("deleted");
+  const ScopedDir dir("deleted");
   {
     std::ofstream(dir + "/stratad.conf") << "reattach_timeout_s: 1\n";
   }
@@ -145,7 +157,7 @@ TEST(DaemonDurabilityTest, DeletedAndExpiredJobsStayDeletedAfterKill9) {
 }
 
 TEST(DaemonDurabilityTest, TheSameJobNameTwiceDoesNotStopTheNextStart) {
-  const std::string dir = TestDir("samename");
+  const ScopedDir dir("samename");
   DaemonProcess daemon(dir);
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
@@ -165,7 +177,7 @@ TEST(DaemonDurabilityTest, TheSameJobNameTwiceDoesNotStopTheNextStart) {
 }
 
 TEST(DaemonDurabilityTest, NvmeUseStaysConstantOverRunsAndDeletes) {
-  const std::string dir = TestDir("usage");
+  const ScopedDir dir("usage");
   DaemonProcess daemon(dir);
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
@@ -187,7 +199,7 @@ TEST(DaemonDurabilityTest, NvmeUseStaysConstantOverRunsAndDeletes) {
 
 // Issue 11 item 6: a restored Infinity job's checkpoint had all-zero params.
 TEST(DaemonDurabilityTest, ARestoredInfinityJobCheckpointsItsRealParams) {
-  const std::string dir = TestDir("restoredckpt");
+  const ScopedDir dir("restoredckpt");
   DaemonProcess daemon(dir);
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
@@ -224,12 +236,11 @@ TEST(DaemonDurabilityTest, ARestoredInfinityJobCheckpointsItsRealParams) {
 }
 
 TEST(DaemonDurabilityTest, ASecondDaemonOnTheSameNvmePathIsRefused) {
-  const std::string dir = TestDir("twice");
+  const ScopedDir dir("twice");
   DaemonProcess first(dir);
   ASSERT_TRUE(first.Start());
-  const std::string other_dir = TestDir("twice-other");
-  std::filesystem::create_directories(other_dir);
-  const std::string log = other_dir + "/stratad.log";
+  const ScopedDir other_dir("twice-other");
+    const std::string log = other_dir + "/stratad.log";
   pid_t pid = fork();
   if (pid == 0) {
     FILE* out = freopen(log.c_str(), "w", stderr);
