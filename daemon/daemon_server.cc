@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/byte_size.h"
+#include "daemon/job_recovery.h"
 #include "daemon/strata_service.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -24,6 +25,9 @@ namespace {
 // The largest control message a client may send: tensor lists of big models
 // run to a few hundred KiB; anything larger is refused.
 constexpr int kMaxMessageBytes = 4 << 20;
+// I/O lanes of the NVMe extent store: a job's tile load and save plus its
+// param reads, for a few jobs at once.
+constexpr int kNvmeIoLanes = 4;
 
 }  // namespace
 
@@ -80,7 +84,18 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
     store.sync_policy = settings.fsync_policy == FsyncPolicy::kEveryCommit ? SyncPolicy::kEveryCommit
                         : settings.fsync_policy == FsyncPolicy::kBatched   ? SyncPolicy::kBatched
                                                                            : SyncPolicy::kNever;
-    auto nvme = ExtentStore::Open(store, server->engine_.get());
+    std::vector<IoEngine*> lanes = {server->engine_.get()};
+    for (int i = 1; i < kNvmeIoLanes; ++i) {
+      std::vector<std::string> ignored;  // the first engine's notes said it all
+      // The same kind as the first engine, whatever chose it.
+      auto kind = ParseIoEngineKind(server->engine_->info().name);
+      if (!kind.ok()) return kind.status();
+      auto lane = OpenIoEngine(io, *kind, &ignored);
+      if (!lane.ok()) return lane.status();
+      lanes.push_back(lane->get());
+      server->lane_engines_.push_back(std::move(*lane));
+    }
+    auto nvme = ExtentStore::Open(store, absl::MakeConstSpan(lanes));
     if (!nvme.ok()) {
       return absl::Status(nvme.status().code(),
                           absl::StrCat("opening the NVMe tier: ", nvme.status().message()));
@@ -124,7 +139,6 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   JobServices services;
   services.optimizer = server->optimizer_.get();
   services.nvme = server->nvme_.get();
-  services.nvme_mu = &server->nvme_mu_;
   services.limits = &server->settings_.limits;
   services.pinned = server->pinned_.get();
   server->registry_ = std::make_unique<JobRegistry>(services, &server->clock_, settings.lease_timeout,
@@ -148,7 +162,6 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   ctx.tier_stats = [self] {
     std::vector<strata::v1::TierStats> tiers;
     if (self->nvme_ != nullptr) {
-      absl::MutexLock lock(&self->nvme_mu_);
       const ExtentStoreStats s = self->nvme_->Stats();
       strata::v1::TierStats t;
       t.set_tier("nvme");
@@ -161,33 +174,10 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   server->service_ = std::make_unique<StrataService>(std::move(ctx));
   if (server->nvme_ != nullptr) {
     // ZeRO-Infinity jobs of an earlier run: their records are on NVMe.
-    std::vector<std::pair<uint64_t, std::string>> records;
-    for (const ShardKey& key : server->nvme_->Keys()) {
-      server->registry_->ReserveJobId(key.job.value());  // never handed out again
-      if (!Job::IsRecordKey(key)) continue;
-      auto size = server->nvme_->SizeOf(key);
-      if (!size.ok()) return size.status();
-      auto buffer = AlignedBuffer::Allocate(std::max<uint64_t>(*size, 1), server->nvme_->alignment());
-      if (!buffer.ok()) return buffer.status();
-      auto got = server->nvme_->Read(key, buffer->span());
-      if (!got.ok()) {
-        server->choices_.push_back(absl::StrCat("nvme: the record of job ", key.job.value(),
-                                                " is unreadable (", got.status().message(), "); job skipped"));
-        continue;
-      }
-      records.push_back({key.job.value(), std::string(reinterpret_cast<const char*>(buffer->data()), *got)});
-    }
-    for (auto& [id, record] : records) {
-      auto job = Job::Restore(id, record, services);
-      if (!job.ok()) {
-        server->choices_.push_back(absl::StrCat("nvme: job ", id, " not restored: ", job.status().message()));
-        continue;
-      }
-      const std::string name = (*job)->settings().name;
-      const uint64_t step = (*job)->next_step();
-      if (absl::Status s = server->registry_->AddJob(std::move(*job)); !s.ok()) return s;
-      server->choices_.push_back(absl::StrCat("nvme: restored job '", name, "' (id ", id, ") at step ", step));
-    }
+    std::vector<std::string> recovery;
+    absl::Status recovered = RecoverJobs(server->nvme_.get(), services, server->registry_.get(), &recovery);
+    server->choices_.insert(server->choices_.end(), recovery.begin(), recovery.end());
+    if (!recovered.ok()) return recovered;
   }
   return server;
 }
@@ -320,11 +310,7 @@ std::string DaemonServer::RenderMetrics() const {
     absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
   };
   if (nvme_ != nullptr) {
-    ExtentStoreStats s;
-    {
-      absl::MutexLock lock(const_cast<absl::Mutex*>(&nvme_mu_));
-      s = nvme_->Stats();
-    }
+    const ExtentStoreStats s = nvme_->Stats();
     metric("strata_tier_capacity_bytes", "Capacity of a tier.", "gauge");
     absl::StrAppend(&out, "strata_tier_capacity_bytes{tier=\"nvme\"} ", s.capacity_bytes, "\n");
     metric("strata_tier_used_bytes", "Bytes in use in a tier.", "gauge");
@@ -395,7 +381,12 @@ void DaemonServer::Stop() {
   }
   if (grpc_server_ != nullptr) grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (nvme_ != nullptr) {
-    absl::MutexLock lock(&nvme_mu_);
+    // What a job wrote and did not commit (a step that failed, params not
+    // yet initialized by every rank) is dropped, as a crash would: Sync
+    // below must not make it durable.
+    if (registry_ != nullptr) {
+      for (const auto& job : registry_->Jobs()) nvme_->Rollback(job->id());
+    }
     absl::Status s = nvme_->Sync();
     if (!s.ok()) log_(absl::StrCat("flushing the NVMe tier failed: ", s.message()));
   }

@@ -76,8 +76,10 @@ class DaemonServer {
   RealClock clock_;
   std::unique_ptr<CpuOptimizer> optimizer_;
   std::unique_ptr<IoEngine> engine_;
+  // More I/O lanes for the extent store (engines are one-thread-at-a-time):
+  // several jobs' loads and saves run at once.
+  std::vector<std::unique_ptr<IoEngine>> lane_engines_;
   std::unique_ptr<ExtentStore> nvme_;
-  absl::Mutex nvme_mu_;
   // Hardening (docs/SECURITY.md): who calls, and the pinned memory budget.
   // Declared before the registry: jobs give their pinned reservation back
   // when destroyed, so the budget must outlive them.

@@ -71,6 +71,13 @@ Job::~Job() {
   // The cache's I/O thread reads into the ranks' exchange regions: stop it
   // before those are unmapped (members are destroyed after this body).
   param_cache_.reset();
+  // Writes never committed (a failed step, a load or registration cut
+  // short) must not be committed by anyone else later: drop them.
+  if (services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {
+    services_.nvme->Rollback(id_);
+    absl::MutexLock lock(&commit_mu_);
+    if (retired_) (void)services_.nvme->DeleteOwner(id_);  // writes that raced the delete
+  }
 }
 
 void Job::Stop() {
@@ -198,7 +205,7 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
                                     absl::StrCat("job '", settings_.name, "' NVMe staging")));
     }
     STRATA_ASSIGN_OR_RETURN(states_, NvmeShardStateStore::Create(id_, state_layout, services_.nvme,
-                                                                  services_.nvme_mu, tile_bytes));
+                                                                  tile_bytes));
   } else {
     states_ = std::make_unique<HostShardStateStore>(state_layout);
   }
@@ -229,7 +236,7 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
     budget = std::max(budget, 2 * largest_param_slot);
     param_budget_ = budget;
     param_cache_ = std::make_unique<ParamCache>(
-        id_, settings_.world_size, services_.nvme, services_.nvme_mu,
+        id_, settings_.world_size, services_.nvme,
         [this](uint32_t r, uint32_t index) {
           const ExchangeSlot& slot = ranks_[r].slots[index];
           return ParamCache::ShardRef{ranks_[r].exchange.data() + slot.param_offset,
@@ -694,9 +701,7 @@ absl::Status Job::InitParams(uint32_t rank) {
     if (!all || services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return absl::OkStatus();
     record = SerializeJobRecord(RecordLocked());
   }
-  STRATA_RETURN_IF_ERROR(WriteRecord(record));
-  absl::MutexLock io(services_.nvme_mu);
-  return services_.nvme->Commit();
+  return CommitWithRecord(record);
 }
 
 absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
@@ -1036,11 +1041,7 @@ void Job::RunStep() {
         r.loss_scaler = after.state();
         record = SerializeJobRecord(r);
       }
-      status = WriteRecord(record);
-      if (status.ok()) {
-        absl::MutexLock io(services_.nvme_mu);
-        status = services_.nvme->Commit();
-      }
+      status = CommitWithRecord(record);
     }
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -1109,11 +1110,29 @@ void Job::ApplyRecordLocked(const JobRecord& record) {
 }
 
 absl::Status Job::WriteRecord(const std::string& record) {
-  absl::MutexLock io(services_.nvme_mu);
   const uint32_t align = services_.nvme->alignment();
   STRATA_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::Allocate(record.size(), align));
   std::memcpy(buffer.data(), record.data(), record.size());
   return services_.nvme->Write(RecordKey(id_), absl::Span<const std::byte>(buffer.data(), record.size()));
+}
+
+absl::Status Job::CommitWithRecord(const std::string& record) {
+  absl::MutexLock lock(&commit_mu_);
+  if (retired_) {
+    services_.nvme->Rollback(id_);
+    return absl::FailedPreconditionError(absl::StrCat("job '", settings_.name, "' was deleted"));
+  }
+  absl::Status s = WriteRecord(record);
+  if (s.ok()) s = services_.nvme->Commit(id_);
+  if (!s.ok()) services_.nvme->Rollback(id_);
+  return s;
+}
+
+absl::Status Job::Retire() {
+  if (services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return absl::OkStatus();
+  absl::MutexLock lock(&commit_mu_);
+  retired_ = true;
+  return services_.nvme->DeleteOwner(id_);
 }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Restore(uint64_t id, const std::string& text, JobServices services) {

@@ -87,8 +87,9 @@ struct JobCounters {
 // What the job borrows from the daemon; all must outlive it.
 struct JobServices {
   CpuOptimizer* optimizer = nullptr;
-  ExtentStore* nvme = nullptr;  // required for MODE_INFINITY
-  absl::Mutex* nvme_mu = nullptr;  // serializes every use of `nvme`
+  // Required for MODE_INFINITY. Shared by all jobs and safe for concurrent
+  // use; each job commits only its own shards (ExtentStore::Commit(id)).
+  ExtentStore* nvme = nullptr;
   uint64_t io_tile_bytes = 64ull << 20;
   // Caps checked when tensors are registered (nullptr: the defaults).
   const RequestLimits* limits = nullptr;
@@ -189,6 +190,10 @@ class Job {
 
   // Stops the worker after the step in progress (graceful shutdown).
   void Stop();
+  // The job is deleted (by request or expiry): after Stop, removes its
+  // record and shards from NVMe in one commit, so it stays deleted after a
+  // restart and its space is free. Later commits of the job are refused.
+  absl::Status Retire();
 
  private:
   struct RankState {
@@ -233,6 +238,10 @@ class Job {
   void ApplyRecordLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the record into the extent store (the caller commits).
   absl::Status WriteRecord(const std::string& record);
+  // Writes `record` and commits the job's shards with it -- this job's
+  // writes only. On failure the job's uncommitted writes are rolled back, so
+  // NVMe holds its last committed step. Refused once the job is retired.
+  absl::Status CommitWithRecord(const std::string& record);
   void WorkerLoop();
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
@@ -261,6 +270,10 @@ class Job {
   // staging tiles, and ranks call InitParams concurrently.
   mutable absl::Mutex states_mu_;
   std::unique_ptr<ParamCache> param_cache_;  // MODE_INFINITY only
+  // Orders the job's commits against Retire (a commit racing a delete must
+  // not bring the job back).
+  absl::Mutex commit_mu_;
+  bool retired_ ABSL_GUARDED_BY(commit_mu_) = false;
   std::vector<TensorSpec> tensors_;         // fixed at the first Register
   std::vector<uint32_t> group_of_;          // param group per tensor, fixed with tensors_
   uint32_t num_groups_ = 1;                 // 1 + the largest group index

@@ -19,6 +19,8 @@
 #include "core/status_macros.h"
 #include "core/unix_socket.h"
 #include "daemon/job.h"
+#include "swap/aligned_buffer.h"
+#include "swap/extent_store.h"
 
 namespace strata {
 namespace {
@@ -28,6 +30,8 @@ constexpr char kFormat[] = "strata-checkpoint-v1";
 constexpr size_t kMaxManifestBytes = 64 << 20;
 
 std::string ShardFile(uint32_t rank, uint32_t index) { return absl::StrCat("rank", rank, "-shard", index, ".bin"); }
+constexpr uint64_t kPage = 4096;
+uint64_t RoundUpTo(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
   const char* p = static_cast<const char*>(data);
@@ -152,10 +156,19 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
         }
         return absl::OkStatus();
       }));
-      // Working params as the trainer sees them (in infinity mode, from the
-      // NVMe home via the param slot after the last step).
-      STRATA_RETURN_IF_ERROR(
-          WriteAll(fd.get(), regions[r] + slot.param_offset, slot.layout.padded_numel * psize, path));
+      // Working params as the trainer sees them. In infinity mode their home
+      // on NVMe is the truth: a slot may be empty (a job restored after a
+      // restart has not read its params back yet) or not resident.
+      const std::byte* params = regions[r] + slot.param_offset;
+      absl::StatusOr<AlignedBuffer> home;
+      if (param_cache_ != nullptr) {
+        home = AlignedBuffer::Allocate(RoundUpTo(slot.layout.padded_numel * psize, kPage),
+                                       services_.nvme->alignment());
+        if (!home.ok()) return home.status();
+        STRATA_RETURN_IF_ERROR(param_cache_->ReadHome(r, slot.layout.index, home->span()));
+        params = home->data();
+      }
+      STRATA_RETURN_IF_ERROR(WriteAll(fd.get(), params, slot.layout.padded_numel * psize, path));
       if (fsync(fd.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path));
     }
   }
@@ -243,6 +256,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(
     }
   }
   job->ApplyRecordLocked(record);
+  if (job->services_.nvme != nullptr && job->settings_.mode == strata::v1::MODE_INFINITY) {
+    // The loaded states and param homes become durable with the job's
+    // record, so the job survives a restart from here on.
+    STRATA_RETURN_IF_ERROR(job->CommitWithRecord(SerializeJobRecord(job->RecordLocked())));
+  }
   return job;
 }
 

@@ -133,6 +133,11 @@ absl::Status JobRegistry::DeleteJob(const std::string& name, const Caller& calle
     jobs_.erase(it);
   }
   job->Stop();
+  // Durably: a deleted job must not come back after a restart.
+  if (absl::Status s = job->Retire(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("job '", name, "' is deleted, but removing its state from NVMe failed: ",
+                                               s.message(), "; it may reappear after a restart"));
+  }
   return absl::OkStatus();
 }
 
@@ -294,7 +299,13 @@ std::vector<std::string> JobRegistry::Expire() {
       }
     }
   }
-  for (auto& job : abandoned) job->Stop();
+  for (auto& job : abandoned) {
+    job->Stop();
+    if (absl::Status s = job->Retire(); !s.ok()) {
+      log.push_back(absl::StrCat("job '", job->settings().name, "': removing its state from NVMe failed: ",
+                                 s.message()));
+    }
+  }
   return log;
 }
 

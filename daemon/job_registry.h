@@ -4,6 +4,8 @@
 // lease timeout), or when a new session of the same rank replaces it (a
 // restarted trainer). Ending a session drops its pins, never the job's state.
 // A job with no attached rank for longer than the reattach timeout is deleted.
+// Deleting a job (either way) retires it: its NVMe record and shards are
+// removed in one commit, so it stays deleted after a restart.
 //
 // Thread-safe.
 #ifndef STRATA_DAEMON_JOB_REGISTRY_H_

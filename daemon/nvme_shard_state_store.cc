@@ -10,28 +10,35 @@
 namespace strata {
 
 absl::StatusOr<std::unique_ptr<NvmeShardStateStore>> NvmeShardStateStore::Create(
-    uint64_t job_id, const StateLayout& layout, ExtentStore* store, absl::Mutex* store_mu,
-    uint64_t tile_bytes) {
+    uint64_t job_id, const StateLayout& layout, ExtentStore* store, uint64_t tile_bytes) {
   if (store == nullptr) {
     return absl::FailedPreconditionError(
         "ZeRO-Infinity needs the NVMe tier: start stratad with --nvme_path DIR");
   }
   const uint64_t tile_elements = std::max<uint64_t>(tile_bytes / 4 / 1024 * 1024, 1024);
-  const uint64_t streams = 1 + layout.exp_avg + layout.exp_avg_sq + layout.max_exp_avg_sq;
-  auto staging = AlignedBuffer::Allocate(3 * streams * tile_elements * 4, store->alignment());
+  return std::unique_ptr<NvmeShardStateStore>(new NvmeShardStateStore(job_id, layout, store, tile_elements));
+}
+
+absl::Status NvmeShardStateStore::EnsureStaging(uint64_t numel) {
+  // The tile size fixes the NVMe layout (tile t of a shard is one extent), so
+  // it never changes; the staging holds a tile of the largest shard, which
+  // for small models is far less than a tile (a 64 MiB tile x 3 sets x 3
+  // streams was 576 MiB pre-faulted for every job).
+  const uint64_t need = std::min(tile_elements_, (numel + 1023) / 1024 * 1024);
+  if (need <= stage_elements_) return absl::OkStatus();
+  auto staging = AlignedBuffer::Allocate(3 * Streams().size() * need * 4, store_->alignment());
   if (!staging.ok()) return staging.status();
-  return std::unique_ptr<NvmeShardStateStore>(new NvmeShardStateStore(
-      job_id, layout, store, store_mu, tile_elements, std::move(*staging)));
+  staging_ = std::move(*staging);
+  stage_elements_ = need;
+  return absl::OkStatus();
 }
 
 NvmeShardStateStore::NvmeShardStateStore(uint64_t job_id, const StateLayout& layout, ExtentStore* store,
-                                         absl::Mutex* store_mu, uint64_t tile_elements, AlignedBuffer staging)
+                                         uint64_t tile_elements)
     : job_id_(job_id),
       layout_(layout),
       store_(store),
-      store_mu_(store_mu),
-      tile_elements_(tile_elements),
-      staging_(std::move(staging)) {}
+      tile_elements_(tile_elements) {}
 
 std::vector<TensorKind> NvmeShardStateStore::Streams() const {
   std::vector<TensorKind> kinds = {TensorKind::kMaster32};
@@ -57,12 +64,12 @@ std::vector<NvmeShardStateStore::TileRef> NvmeShardStateStore::Tiles(
 
 StateTile NvmeShardStateStore::StagingTile(int set, const TileRef& ref) {
   const std::vector<TensorKind> streams = Streams();
-  float* base = reinterpret_cast<float*>(staging_.data()) + set * streams.size() * tile_elements_;
+  float* base = reinterpret_cast<float*>(staging_.data()) + set * streams.size() * stage_elements_;
   StateTile tile;
   tile.offset = ref.offset;
   tile.size = ref.size;
   for (size_t s = 0; s < streams.size(); ++s) {
-    float* p = base + s * tile_elements_;
+    float* p = base + s * stage_elements_;
     switch (streams[s]) {
       case TensorKind::kMaster32: tile.master = p; break;
       case TensorKind::kExpAvg: tile.exp_avg = p; break;
@@ -75,11 +82,10 @@ StateTile NvmeShardStateStore::StagingTile(int set, const TileRef& ref) {
 
 absl::Status NvmeShardStateStore::Load(int set, const TileRef& ref) {
   const std::vector<TensorKind> streams = Streams();
-  std::byte* base = staging_.data() + set * streams.size() * tile_elements_ * 4;
-  absl::MutexLock lock(store_mu_);
+  std::byte* base = staging_.data() + set * streams.size() * stage_elements_ * 4;
   for (size_t s = 0; s < streams.size(); ++s) {
     ShardKey key{JobId(job_id_), Rank(ref.shard.rank), TensorId(ref.shard.index), streams[s], ref.tile};
-    auto got = store_->Read(key, absl::Span<std::byte>(base + s * tile_elements_ * 4, tile_elements_ * 4));
+    auto got = store_->Read(key, absl::Span<std::byte>(base + s * stage_elements_ * 4, stage_elements_ * 4));
     if (!got.ok()) {
       return absl::Status(got.status().code(), absl::StrCat("loading ", ShardKeyToString(key),
                                                             " from NVMe: ", got.status().message()));
@@ -94,11 +100,10 @@ absl::Status NvmeShardStateStore::Load(int set, const TileRef& ref) {
 
 absl::Status NvmeShardStateStore::Save(int set, const TileRef& ref) {
   const std::vector<TensorKind> streams = Streams();
-  const std::byte* base = staging_.data() + set * streams.size() * tile_elements_ * 4;
-  absl::MutexLock lock(store_mu_);
+  const std::byte* base = staging_.data() + set * streams.size() * stage_elements_ * 4;
   for (size_t s = 0; s < streams.size(); ++s) {
     ShardKey key{JobId(job_id_), Rank(ref.shard.rank), TensorId(ref.shard.index), streams[s], ref.tile};
-    absl::Status st = store_->Write(key, absl::Span<const std::byte>(base + s * tile_elements_ * 4, ref.size * 4));
+    absl::Status st = store_->Write(key, absl::Span<const std::byte>(base + s * stage_elements_ * 4, ref.size * 4));
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("saving ", ShardKeyToString(key), " to NVMe: ", st.message()));
     }
@@ -107,9 +112,14 @@ absl::Status NvmeShardStateStore::Save(int set, const TileRef& ref) {
 }
 
 absl::Status NvmeShardStateStore::Create(uint32_t rank, uint32_t index, uint64_t numel) {
+  if (absl::Status s = EnsureStaging(numel); !s.ok()) return s;
   numel_[{rank, index}] = numel;
-  // Zeroed states, written tile by tile from a zeroed staging set.
-  std::memset(staging_.data(), 0, Streams().size() * tile_elements_ * 4);
+  // Zeroed states, written tile by tile from a zeroed staging set: only the
+  // part of each stream's tile that a tile of this shard covers (zeroing
+  // whole 64 MiB tiles for every small shard cost seconds per job).
+  const size_t streams = Streams().size();
+  const uint64_t used = std::min(numel, tile_elements_);
+  for (size_t s = 0; s < streams; ++s) std::memset(staging_.data() + s * stage_elements_ * 4, 0, used * 4);
   for (const TileRef& ref : Tiles({ShardId{rank, index}})) {
     if (absl::Status s = Save(0, ref); !s.ok()) return s;
   }
@@ -117,8 +127,8 @@ absl::Status NvmeShardStateStore::Create(uint32_t rank, uint32_t index, uint64_t
 }
 
 absl::Status NvmeShardStateStore::Adopt(uint32_t rank, uint32_t index, uint64_t numel) {
+  if (absl::Status s = EnsureStaging(numel); !s.ok()) return s;
   numel_[{rank, index}] = numel;
-  absl::MutexLock lock(store_mu_);
   for (const TileRef& ref : Tiles({ShardId{rank, index}})) {
     for (TensorKind kind : Streams()) {
       ShardKey key{JobId(job_id_), Rank(rank), TensorId(index), kind, ref.tile};

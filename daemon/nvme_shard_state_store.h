@@ -1,14 +1,16 @@
 // NvmeShardStateStore: ZeRO-Infinity's fp32 masters and optimizer states on
 // NVMe (the extent store), streamed through three sets of pinned staging
 // tiles: while the optimizer updates tile k, tile k+1 is read and tile k-1 is
-// written back. Staging is 3 x streams x tile bytes, whatever the size of a
-// sub-group (DeepSpeed sizes it by the largest sub-group times its buffer
+// written back. Staging is 3 x streams x min(tile, largest shard) bytes,
+// whatever the size of a sub-group (DeepSpeed sizes it by the largest sub-group times its buffer
 // count, its users' most common NVMe out-of-memory).
 //
 // Each tile of each stream is one extent-store shard:
 // ShardKey{job, rank, tensor = shard index, kind = stream, index = tile}.
 //
-// Thread-compatible: one Update at a time (the job's worker calls it).
+// Thread-compatible: one Update at a time (the job's worker calls it). The
+// extent store is shared with other jobs and safe for concurrent use; this
+// job's tile loads and saves run on its I/O lanes at once.
 #ifndef STRATA_DAEMON_NVME_SHARD_STATE_STORE_H_
 #define STRATA_DAEMON_NVME_SHARD_STATE_STORE_H_
 
@@ -27,10 +29,8 @@ class ExtentStore;
 
 class NvmeShardStateStore final : public ShardStateStore {
  public:
-  // `store_mu` serializes every use of `store` in the daemon.
   static absl::StatusOr<std::unique_ptr<NvmeShardStateStore>> Create(
-      uint64_t job_id, const StateLayout& layout, ExtentStore* store, absl::Mutex* store_mu,
-      uint64_t tile_bytes);
+      uint64_t job_id, const StateLayout& layout, ExtentStore* store, uint64_t tile_bytes);
 
   absl::Status Create(uint32_t rank, uint32_t index, uint64_t numel) override;
   absl::Status Adopt(uint32_t rank, uint32_t index, uint64_t numel) override;
@@ -46,7 +46,9 @@ class NvmeShardStateStore final : public ShardStateStore {
     uint64_t size = 0;
   };
   NvmeShardStateStore(uint64_t job_id, const StateLayout& layout, ExtentStore* store,
-                      absl::Mutex* store_mu, uint64_t tile_elements, AlignedBuffer staging);
+                      uint64_t tile_elements);
+  // Grows the staging to hold a tile of a shard of `numel` elements.
+  absl::Status EnsureStaging(uint64_t numel);
   std::vector<TileRef> Tiles(const std::vector<ShardId>& shards) const;
   StateTile StagingTile(int set, const TileRef& ref);
   absl::Status Load(int set, const TileRef& ref);
@@ -57,8 +59,8 @@ class NvmeShardStateStore final : public ShardStateStore {
   const uint64_t job_id_;
   const StateLayout layout_;
   ExtentStore* const store_;
-  absl::Mutex* const store_mu_;
   const uint64_t tile_elements_;
+  uint64_t stage_elements_ = 0;  // per stream and set in staging_: min(tile, largest shard)
   // 3 sets x streams x tile, on transparent huge pages: private to the
   // daemon (no need for a shareable memfd, whose shmem pages are 4 KiB here),
   // and a 1 MiB O_DIRECT request on 2 MiB pages is one DMA segment, which

@@ -15,15 +15,14 @@ ShardKey HomeKey(uint64_t job, uint32_t rank, uint32_t index) {
 
 }  // namespace
 
-ParamCache::ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, absl::Mutex* store_mu,
-                       Locate locate, uint64_t budget_bytes, uint32_t lookahead)
+ParamCache::ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, Locate locate,
+                       uint64_t budget_bytes, uint32_t lookahead)
     : job_id_(job_id),
       store_(store),
       locate_(std::move(locate)),
       budget_bytes_(budget_bytes),
       lookahead_(lookahead),
-      traces_(ranks),
-      store_mu_(store_mu) {
+      traces_(ranks) {
   io_thread_ = std::thread([this] { IoLoop(); });
 }
 
@@ -38,11 +37,8 @@ ParamCache::~ParamCache() {
 
 absl::Status ParamCache::StoreHome(uint32_t rank, uint32_t index) {
   ShardRef ref = locate_(rank, index);
-  absl::Status s;
-  {
-    absl::MutexLock io(store_mu_);
-    s = store_->Write(HomeKey(job_id_, rank, index), absl::Span<const std::byte>(ref.slot, ref.bytes));
-  }
+  absl::Status s =
+      store_->Write(HomeKey(job_id_, rank, index), absl::Span<const std::byte>(ref.slot, ref.bytes));
   absl::MutexLock lock(&mu_);
   if (!s.ok()) return s;
   stats_.bytes_written += ref.bytes;
@@ -56,6 +52,20 @@ absl::Status ParamCache::StoreHome(uint32_t rank, uint32_t index) {
   // The step just rewrote every shard; keep within the budget by dropping the
   // unpinned shards needed last.
   MakeRoomLocked(rank, 0);
+  return absl::OkStatus();
+}
+
+absl::Status ParamCache::ReadHome(uint32_t rank, uint32_t index, absl::Span<std::byte> into) const {
+  const ShardRef ref = locate_(rank, index);
+  absl::StatusOr<uint64_t> got = store_->Read(HomeKey(job_id_, rank, index), into);
+  if (!got.ok()) {
+    return absl::Status(got.status().code(), absl::StrCat("reading the params of shard ", index, " of rank ", rank,
+                                                          " from NVMe: ", got.status().message()));
+  }
+  if (*got != ref.bytes) {
+    return absl::DataLossError(absl::StrCat("param shard ", index, " of rank ", rank, " is ", *got,
+                                            " bytes on NVMe, expected ", ref.bytes));
+  }
   return absl::OkStatus();
 }
 
@@ -129,12 +139,8 @@ void ParamCache::IoLoop() {
       ++reads_in_flight_;
     }
     ShardRef ref = locate_(next.first, next.second);
-    absl::StatusOr<uint64_t> got;
-    {
-      absl::MutexLock io(store_mu_);
-      got = store_->Read(HomeKey(job_id_, next.first, next.second),
-                         absl::Span<std::byte>(ref.slot, ref.bytes));
-    }
+    absl::StatusOr<uint64_t> got =
+        store_->Read(HomeKey(job_id_, next.first, next.second), absl::Span<std::byte>(ref.slot, ref.bytes));
     absl::MutexLock lock(&mu_);
     --reads_in_flight_;
     Entry& e = entries_[next];

@@ -54,14 +54,18 @@ class ParamCache {
   };
   using Locate = std::function<ShardRef(uint32_t rank, uint32_t index)>;
 
-  // `store_mu` serializes every use of `store` in the daemon.
-  ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, absl::Mutex* store_mu,
-             Locate locate, uint64_t budget_bytes, uint32_t lookahead);
+  // `store` is shared with other jobs (it is safe for concurrent use).
+  ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, Locate locate, uint64_t budget_bytes,
+             uint32_t lookahead);
   ~ParamCache();
 
   // Writes the current contents of the rank's slot `index` to NVMe as the new
   // home version; the slot stays resident (clean).
   absl::Status StoreHome(uint32_t rank, uint32_t index);
+  // Reads the NVMe home of shard (rank, index) -- the params as of the last
+  // step, whatever is resident -- into `into` (aligned, at least the slot's
+  // padded bytes). A restored job's slots start empty; its homes do not.
+  absl::Status ReadHome(uint32_t rank, uint32_t index, absl::Span<std::byte> into) const;
   // Makes the slots current and pins them. Waits for reads until `deadline`.
   absl::Status Acquire(uint32_t rank, absl::Span<const uint32_t> indices, absl::Time deadline);
   absl::Status Release(uint32_t rank, absl::Span<const uint32_t> indices);
@@ -113,7 +117,6 @@ class ParamCache {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool updating_ ABSL_GUARDED_BY(mu_) = false;
   int reads_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Mutex* const store_mu_;
   std::thread io_thread_;
 };
 

@@ -330,7 +330,13 @@ grpc::Status StrataService::LoadCheckpoint(grpc::ServerContext* context, const s
                            ctx_.services);
   if (!job.ok()) return ToGrpcStatus(job.status());
   const uint64_t job_id = (*job)->id();
-  if (absl::Status s = ctx_.registry->AddJob(std::move(*job)); !s.ok()) return ToGrpcStatus(s);
+  std::shared_ptr<Job> loaded = std::move(*job);
+  if (absl::Status s = ctx_.registry->AddJob(loaded); !s.ok()) {
+    // An Infinity load is already committed to NVMe: remove it again, or it
+    // would come back at the next start in place of the job holding the name.
+    (void)loaded->Retire();
+    return ToGrpcStatus(s);
+  }
   response->set_job_id(job_id);
   return grpc::Status::OK;
 }

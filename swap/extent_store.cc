@@ -1,6 +1,7 @@
 #include "swap/extent_store.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
@@ -64,24 +66,29 @@ namespace {
 
 constexpr char kDataFileName[] = "strata-extents.data";
 constexpr char kManifestFileName[] = "strata-extents.manifest";
+// flock'ed by the open store; holds its pid.
+constexpr char kLockFileName[] = "strata-extents.lock";
 // Compact the journal once it is this many times larger than a snapshot
 // would be (and at least manifest_compaction_min_bytes), so replay stays proportional to live shards.
 constexpr uint64_t kCompactionFactor = 4;
 
 bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
+// One data file. The fd and path are fixed after Init; the allocator is
+// guarded by the store's mu_.
 struct DataFile {
   std::string path;
   int fd = -1;
   bool direct = false;
-  IoFileId id;
   std::unique_ptr<ExtentAllocator> allocator;
 };
 
 // One live shard version as the store tracks it.
 struct Entry {
   ExtentRecord record;
-  bool committed = false;  // the manifest has it
+  // The manifest has it, or a commit that is writing it to the manifest
+  // does: replacing it must wait for a commit before its extent is reused.
+  bool committed = false;
 };
 
 struct FreeExtent {
@@ -90,17 +97,50 @@ struct FreeExtent {
   uint64_t bytes;
 };
 
+// One owner's (job's) changes since its last commit.
+struct Pending {
+  std::vector<ManifestChange> changes;
+  // Committed versions this owner replaced or deleted: reusable once the
+  // commit that drops them is durable.
+  std::vector<FreeExtent> free_after_commit;
+};
+
+// An I/O lane: one engine, driven by one caller at a time, with the scratch
+// space one extent's I/O needs. Lanes let reads and writes of several jobs
+// (and a job's load and save) run at once without sharing an engine.
+struct Lane {
+  IoEngine* engine = nullptr;
+  std::vector<IoFileId> file_ids;  // per data file
+  AlignedBuffer bounce;
+  // Checksums are computed here, off the thread that drives the I/O.
+  std::unique_ptr<ChunkHasher> hasher;
+  std::vector<IoRequest> requests;
+  std::vector<IoCompletion> completions;
+  std::vector<uint64_t> offsets;
+  std::vector<bool> done;
+};
+
+using ExtentId = std::pair<uint32_t, uint64_t>;  // file index, offset
+
+ShardKey FirstKeyOf(uint64_t owner) {
+  ShardKey k;
+  k.job = JobId(owner);
+  return k;
+}
+
 class ExtentStoreImpl final : public ExtentStore {
  public:
-  ExtentStoreImpl(ExtentStoreOptions options, IoEngine* engine)
-      : options_(std::move(options)), engine_(engine) {}
+  ExtentStoreImpl(ExtentStoreOptions options, std::vector<IoEngine*> engines)
+      : options_(std::move(options)), engines_(std::move(engines)) {}
 
   ~ExtentStoreImpl() override {
-    for (DataFile& f : files_) {
-      if (f.fd < 0) continue;
-      (void)engine_->UnregisterFile(f.id);
-      close(f.fd);
+    for (Lane& lane : lanes_) {
+      for (IoFileId id : lane.file_ids) (void)lane.engine->UnregisterFile(id);
     }
+    for (DataFile& f : files_) {
+      if (f.fd >= 0) close(f.fd);
+    }
+    for (int fd : lock_fds_) close(fd);  // releases the flocks
   }
 
   absl::Status Init();
@@ -111,8 +151,12 @@ class ExtentStoreImpl final : public ExtentStore {
   absl::StatusOr<uint64_t> SizeOf(const ShardKey& key) const override;
   bool Contains(const ShardKey& key) const override;
   absl::Status Delete(const ShardKey& key) override;
-  absl::Status Commit() override;
-  absl::Status Sync() override;
+  absl::Status Commit(uint64_t owner) override { return CommitImpl(true, owner, /*force_sync=*/false); }
+  absl::Status Commit() override { return CommitImpl(false, 0, /*force_sync=*/false); }
+  absl::Status Sync() override { return CommitImpl(false, 0, /*force_sync=*/true); }
+  void Rollback(uint64_t owner) override;
+  absl::Status DeleteOwner(uint64_t owner) override;
+  absl::StatusOr<uint64_t> GenerationOf(const ShardKey& key) const override;
   std::vector<ShardKey> Keys() const override;
   ExtentStoreStats Stats() const override;
   std::vector<std::string> warnings() const override {
@@ -121,46 +165,86 @@ class ExtentStoreImpl final : public ExtentStore {
   }
 
  private:
-  absl::Status OpenDataFile(size_t index);
-  // Issues the I/O for one extent: `main` covers the aligned body and `tail`
-  // (if non-empty) the last partial block through the bounce buffer.
-  // `on_chunk_done(offset, length)` runs as chunks finish, in order.
+  // Borrows a free lane for the scope; waits while all are busy.
+  class LaneLease {
+   public:
+    explicit LaneLease(ExtentStoreImpl* store) : store_(store) {
+      absl::MutexLock lock(&store_->lanes_mu_);
+      store_->lanes_mu_.Await(absl::Condition(
+          +[](std::vector<Lane*>* free) { return !free->empty(); }, &store_->free_lanes_));
+      lane_ = store_->free_lanes_.back();
+      store_->free_lanes_.pop_back();
+    }
+    ~LaneLease() {
+      absl::MutexLock lock(&store_->lanes_mu_);
+      store_->free_lanes_.push_back(lane_);
+    }
+    LaneLease(const LaneLease&) = delete;
+    LaneLease& operator=(const LaneLease&) = delete;
+    Lane* operator->() const { return lane_; }
+    Lane& operator*() const { return *lane_; }
+
+   private:
+    ExtentStoreImpl* const store_;
+    Lane* lane_ = nullptr;
+  };
+
+  absl::Status LockPath(const std::string& dir);
+  absl::Status OpenDataFile(size_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Issues the I/O for one extent on `lane`: `main` covers the aligned body
+  // and `tail` (if non-empty) the last partial block through the lane's
+  // bounce buffer. `on_chunk_done(offset, length)` runs as chunks finish, in
+  // order. Holds no store lock: the extent is the caller's (being written,
+  // or pinned for a read).
   template <typename OnChunk>
-  absl::Status RunExtentIo(IoOp op, const ExtentRecord& rec, std::byte* data, OnChunk on_chunk)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseExtent(const ExtentRecord& rec, bool committed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CommitLocked(bool force_sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RunExtentIo(Lane& lane, IoOp op, const ExtentRecord& rec, std::byte* data, OnChunk on_chunk);
+  // Drops `e` from the index: its extent is free now (never durable) or
+  // after `pending`'s owner commits (durable).
+  void ReleaseLocked(const Entry& e, Pending* pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns an extent to the allocator, or once its last reader is done.
+  void FreeLocked(const FreeExtent& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnpinLocked(const ExtentId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CommitImpl(bool one_owner, uint64_t owner, bool force_sync) ABSL_LOCKS_EXCLUDED(commit_mu_, mu_);
   std::string Where(const ExtentRecord& rec) const {
     return absl::StrCat(files_[rec.file_index].path, " at offset ", rec.offset_bytes, ", ",
                         rec.extent_bytes, " bytes, generation ", rec.generation);
   }
 
   const ExtentStoreOptions options_;
-  IoEngine* const engine_;
+  const std::vector<IoEngine*> engines_;
+  // Fixed after Init.
   uint32_t alignment_ = 4096;
   uint64_t chunk_bytes_ = 1 << 20;
+  std::vector<DataFile> files_;
+  std::vector<int> lock_fds_;
+  std::vector<Lane> lanes_;
 
+  absl::Mutex lanes_mu_;
+  std::vector<Lane*> free_lanes_ ABSL_GUARDED_BY(lanes_mu_);
+
+  // Serializes commits (and the journal); taken before mu_, never inside it.
+  absl::Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::unique_ptr<ManifestJournal> journal_ ABSL_GUARDED_BY(commit_mu_);
+  uint64_t commit_seq_ ABSL_GUARDED_BY(commit_mu_) = 0;
+  uint64_t commits_since_sync_ ABSL_GUARDED_BY(commit_mu_) = 0;
+  uint64_t synced_epoch_ ABSL_GUARDED_BY(commit_mu_) = 0;  // write_epoch_ covered by the last fdatasync
+  // Set when a journal append or rewrite failed part way: what is on disk is
+  // unknown, so no further commit is attempted.
+  absl::Status broken_ ABSL_GUARDED_BY(commit_mu_);
+
+  // Metadata; never held across I/O.
   mutable absl::Mutex mu_;
-  std::vector<DataFile> files_;  // fixed after Init
-  std::unique_ptr<ManifestJournal> journal_ ABSL_GUARDED_BY(mu_);
   std::map<ShardKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  std::vector<ManifestChange> uncommitted_ ABSL_GUARDED_BY(mu_);
-  // Old versions replaced or deleted since the last commit: freed once the
-  // commit that drops them is durable.
-  std::vector<FreeExtent> free_after_commit_ ABSL_GUARDED_BY(mu_);
+  // What the manifest holds: snapshots and rollbacks start from it.
+  std::map<ShardKey, ExtentRecord> durable_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   // Freed by a commit that was not synced (kBatched): reusable after a sync.
   std::vector<FreeExtent> free_after_sync_ ABSL_GUARDED_BY(mu_);
+  // Extents being read, and frees that wait for their readers.
+  std::map<ExtentId, int> pins_ ABSL_GUARDED_BY(mu_);
+  std::map<ExtentId, uint64_t> deferred_free_ ABSL_GUARDED_BY(mu_);
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t commit_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t commits_since_sync_ ABSL_GUARDED_BY(mu_) = 0;
-  bool data_dirty_ ABSL_GUARDED_BY(mu_) = false;  // data written since the last fdatasync
-  AlignedBuffer bounce_ ABSL_GUARDED_BY(mu_);
-  // Checksums are computed here, off the thread that drives the I/O.
-  ChunkHasher hasher_;
-  std::vector<IoRequest> requests_ ABSL_GUARDED_BY(mu_);
-  std::vector<IoCompletion> completions_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> offsets_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
+  uint64_t write_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // data writes finished so far
   std::vector<std::string> warnings_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -195,6 +279,33 @@ absl::Status ValidateOptions(const ExtentStoreOptions& o) {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ExtentStoreImpl::LockPath(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kLockFileName);
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("extent store: opening lock file ", path));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+    close(fd);
+    if (err == EWOULDBLOCK) {
+      std::string holder = n > 0 ? std::string(absl::StripAsciiWhitespace(absl::string_view(buf, n))) : "?";
+      return absl::FailedPreconditionError(absl::StrCat(
+          "extent store: ", dir, " is in use by another process (pid ", holder, " holds ", path,
+          "); two daemons must not share an NVMe path: stop that one or choose another --nvme_path"));
+    }
+    return ErrnoToStatus(err, absl::StrCat("extent store: locking ", path));
+  }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    const int err = errno;
+    close(fd);
+    return ErrnoToStatus(err, absl::StrCat("extent store: writing the pid into ", path));
+  }
+  lock_fds_.push_back(fd);
   return absl::OkStatus();
 }
 
@@ -252,15 +363,23 @@ absl::Status ExtentStoreImpl::OpenDataFile(size_t index) {
     }
   }
   file.allocator = std::make_unique<ExtentAllocator>(capacity, options_.allocation_unit_bytes);
-  STRATA_ASSIGN_OR_RETURN(file.id, engine_->RegisterFile(file.fd, file.path));
-  STRATA_ASSIGN_OR_RETURN(uint32_t a, engine_->RequiredAlignment(file.id));
-  alignment_ = std::max(alignment_, a);
+  for (Lane& lane : lanes_) {
+    STRATA_ASSIGN_OR_RETURN(IoFileId id, lane.engine->RegisterFile(file.fd, file.path));
+    lane.file_ids.push_back(id);
+    STRATA_ASSIGN_OR_RETURN(uint32_t a, lane.engine->RequiredAlignment(id));
+    alignment_ = std::max(alignment_, a);
+  }
   return absl::OkStatus();
 }
 
+
 absl::Status ExtentStoreImpl::Init() {
+  absl::MutexLock commit_lock(&commit_mu_);
   absl::MutexLock lock(&mu_);
-  if (engine_ == nullptr) return absl::InvalidArgumentError("extent store: engine is null");
+  if (engines_.empty()) return absl::InvalidArgumentError("extent store: no I/O engine given");
+  for (IoEngine* e : engines_) {
+    if (e == nullptr) return absl::InvalidArgumentError("extent store: engine is null");
+  }
   // The manifest lives in the first path. Finding one elsewhere means the
   // paths were reordered; opening would start an empty store over live data.
   for (size_t i = 1; i < options_.paths.size(); ++i) {
@@ -271,15 +390,32 @@ absl::Status ExtentStoreImpl::Init() {
           options_.paths[0], "); the paths were reordered. Pass the same paths in the same order"));
     }
   }
+  for (const std::string& dir : options_.paths) {
+    struct stat st {};
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return absl::NotFoundError(absl::StrCat("extent store: NVMe path ", dir,
+                                              " is not an existing directory; create it or fix the path"));
+    }
+    STRATA_RETURN_IF_ERROR(LockPath(dir));
+  }
+  lanes_.resize(engines_.size());
+  for (size_t i = 0; i < engines_.size(); ++i) lanes_[i].engine = engines_[i];
   for (size_t i = 0; i < options_.paths.size(); ++i) STRATA_RETURN_IF_ERROR(OpenDataFile(i));
   if (options_.allocation_unit_bytes % alignment_ != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "extent store: allocation_unit_bytes ", options_.allocation_unit_bytes,
         " is not a multiple of the O_DIRECT alignment ", alignment_));
   }
-  chunk_bytes_ = options_.io_chunk_bytes != 0 ? options_.io_chunk_bytes : engine_->info().block_size_bytes;
+  chunk_bytes_ = options_.io_chunk_bytes != 0 ? options_.io_chunk_bytes : engines_[0]->info().block_size_bytes;
   chunk_bytes_ = std::max<uint64_t>(chunk_bytes_ - chunk_bytes_ % alignment_, alignment_);
-  STRATA_ASSIGN_OR_RETURN(bounce_, AlignedBuffer::Allocate(alignment_, alignment_));
+  {
+    absl::MutexLock lanes_lock(&lanes_mu_);
+    for (Lane& lane : lanes_) {
+      STRATA_ASSIGN_OR_RETURN(lane.bounce, AlignedBuffer::Allocate(alignment_, alignment_));
+      lane.hasher = std::make_unique<ChunkHasher>();
+      free_lanes_.push_back(&lane);
+    }
+  }
 
   ManifestState state;
   STRATA_ASSIGN_OR_RETURN(
@@ -299,47 +435,52 @@ absl::Status ExtentStoreImpl::Init() {
     }
     entries_[key] = Entry{rec, /*committed=*/true};
   }
+  durable_ = std::move(state.extents);
   next_generation_ = state.max_generation + 1;
   commit_seq_ = state.commit_seq;
   return absl::OkStatus();
 }
 
 template <typename OnChunk>
-absl::Status ExtentStoreImpl::RunExtentIo(IoOp op, const ExtentRecord& rec, std::byte* data,
+absl::Status ExtentStoreImpl::RunExtentIo(Lane& lane, IoOp op, const ExtentRecord& rec, std::byte* data,
                                           OnChunk on_chunk) {
-  const DataFile& file = files_[rec.file_index];
+  IoEngine* const engine = lane.engine;
+  const IoFileId file_id = lane.file_ids[rec.file_index];
+  std::vector<IoRequest>& requests = lane.requests;
+  std::vector<uint64_t>& offsets = lane.offsets;
+  std::vector<bool>& done = lane.done;
+  std::byte* const bounce = lane.bounce.data();
   uint64_t body = rec.size_bytes - rec.size_bytes % alignment_;
   uint64_t tail = rec.size_bytes - body;
-  requests_.clear();
-  offsets_.clear();
-  // user_data is the chunk's index; offsets_ holds its offset in the shard.
+  requests.clear();
+  offsets.clear();
+  // user_data is the chunk's index; offsets holds its offset in the shard.
   for (uint64_t o = 0; o < body; o += chunk_bytes_) {
-    requests_.push_back(IoRequest{op, file.id, rec.offset_bytes + o, data + o,
-                                  std::min(chunk_bytes_, body - o), requests_.size()});
-    offsets_.push_back(o);
+    requests.push_back(IoRequest{op, file_id, rec.offset_bytes + o, data + o,
+                                 std::min(chunk_bytes_, body - o), requests.size()});
+    offsets.push_back(o);
   }
   if (tail > 0) {
     if (op == IoOp::kWrite) {
-      std::memcpy(bounce_.data(), data + body, tail);
-      std::memset(bounce_.data() + tail, 0, alignment_ - tail);
+      std::memcpy(bounce, data + body, tail);
+      std::memset(bounce + tail, 0, alignment_ - tail);
     }
-    requests_.push_back(IoRequest{op, file.id, rec.offset_bytes + body, bounce_.data(), alignment_,
-                                  requests_.size()});
-    offsets_.push_back(body);
+    requests.push_back(IoRequest{op, file_id, rec.offset_bytes + body, bounce, alignment_, requests.size()});
+    offsets.push_back(body);
   }
   auto shard_bytes = [&](size_t i) {
-    return std::min<uint64_t>(requests_[i].length_bytes, rec.size_bytes - offsets_[i]);
+    return std::min<uint64_t>(requests[i].length_bytes, rec.size_bytes - offsets[i]);
   };
-  const size_t total = requests_.size();
+  const size_t total = requests.size();
   size_t to_finish = total;  // lowered to what was submitted once an error stops issuing
   size_t submitted = 0;
   size_t finished = 0;
   size_t next_in_order = 0;  // chunks before this have been handed to on_chunk
-  done_.assign(total, false);
+  done.assign(total, false);
   absl::Status first_error;
   while (finished < to_finish) {
     if (submitted < total && first_error.ok()) {
-      absl::StatusOr<size_t> n = engine_->Submit(absl::MakeConstSpan(requests_).subspan(submitted));
+      absl::StatusOr<size_t> n = engine->Submit(absl::MakeConstSpan(requests).subspan(submitted));
       if (!n.ok()) {
         first_error = n.status();
       } else {
@@ -351,12 +492,12 @@ absl::Status ExtentStoreImpl::RunExtentIo(IoOp op, const ExtentRecord& rec, std:
       if (finished >= to_finish) break;
     }
     auto collect = [&](absl::Duration wait) -> absl::Status {
-      completions_.clear();
-      STRATA_RETURN_IF_ERROR(engine_->Reap(wait == absl::ZeroDuration() ? 0 : 1, wait, &completions_));
-      for (const IoCompletion& c : completions_) {
+      lane.completions.clear();
+      STRATA_RETURN_IF_ERROR(engine->Reap(wait == absl::ZeroDuration() ? 0 : 1, wait, &lane.completions));
+      for (const IoCompletion& c : lane.completions) {
         ++finished;
         if (!c.status.ok() && first_error.ok()) first_error = c.status;
-        if (c.user_data < total) done_[c.user_data] = true;
+        if (c.user_data < total) done[c.user_data] = true;
       }
       return absl::OkStatus();
     };
@@ -367,11 +508,11 @@ absl::Status ExtentStoreImpl::RunExtentIo(IoOp op, const ExtentRecord& rec, std:
     // lets the device run dry.
     bool hashed = false;
     while (first_error.ok() && next_in_order < (op == IoOp::kWrite ? submitted : total) &&
-           (op == IoOp::kWrite || done_[next_in_order])) {
-      if (op == IoOp::kRead && requests_[next_in_order].buffer == bounce_.data()) {
-        std::memcpy(data + offsets_[next_in_order], bounce_.data(), shard_bytes(next_in_order));
+           (op == IoOp::kWrite || done[next_in_order])) {
+      if (op == IoOp::kRead && requests[next_in_order].buffer == bounce) {
+        std::memcpy(data + offsets[next_in_order], bounce, shard_bytes(next_in_order));
       }
-      on_chunk(offsets_[next_in_order], shard_bytes(next_in_order));
+      on_chunk(offsets[next_in_order], shard_bytes(next_in_order));
       ++next_in_order;
       hashed = true;
       if (finished < to_finish) STRATA_RETURN_IF_ERROR(collect(absl::ZeroDuration()));
@@ -379,28 +520,48 @@ absl::Status ExtentStoreImpl::RunExtentIo(IoOp op, const ExtentRecord& rec, std:
     if (!hashed && finished < to_finish) STRATA_RETURN_IF_ERROR(collect(absl::InfiniteDuration()));
   }
   // Reads: the chunks that arrived with the last completions.
-  for (; op == IoOp::kRead && first_error.ok() && next_in_order < total && done_[next_in_order];
+  for (; op == IoOp::kRead && first_error.ok() && next_in_order < total && done[next_in_order];
        ++next_in_order) {
-    if (requests_[next_in_order].buffer == bounce_.data()) {
-      std::memcpy(data + offsets_[next_in_order], bounce_.data(), shard_bytes(next_in_order));
+    if (requests[next_in_order].buffer == bounce) {
+      std::memcpy(data + offsets[next_in_order], bounce, shard_bytes(next_in_order));
     }
-    on_chunk(offsets_[next_in_order], shard_bytes(next_in_order));
+    on_chunk(offsets[next_in_order], shard_bytes(next_in_order));
   }
   return first_error;
 }
 
-void ExtentStoreImpl::ReleaseExtent(const ExtentRecord& rec, bool committed) {
-  if (rec.extent_bytes == 0) return;
-  if (!committed) {
-    // Never durable: nothing on disk refers to it.
-    (void)files_[rec.file_index].allocator->Free(rec.offset_bytes, rec.extent_bytes);
+void ExtentStoreImpl::FreeLocked(const FreeExtent& f) {
+  const ExtentId id{f.file_index, f.offset};
+  if (pins_.contains(id)) {
+    deferred_free_[id] = f.bytes;
     return;
   }
-  free_after_commit_.push_back(FreeExtent{rec.file_index, rec.offset_bytes, rec.extent_bytes});
+  (void)files_[f.file_index].allocator->Free(f.offset, f.bytes);
+}
+
+void ExtentStoreImpl::UnpinLocked(const ExtentId& id) {
+  auto it = pins_.find(id);
+  if (it == pins_.end() || --it->second > 0) return;
+  pins_.erase(it);
+  auto d = deferred_free_.find(id);
+  if (d == deferred_free_.end()) return;
+  (void)files_[id.first].allocator->Free(id.second, d->second);
+  deferred_free_.erase(d);
+}
+
+void ExtentStoreImpl::ReleaseLocked(const Entry& e, Pending* pending) {
+  const ExtentRecord& rec = e.record;
+  if (rec.extent_bytes == 0) return;
+  const FreeExtent f{rec.file_index, rec.offset_bytes, rec.extent_bytes};
+  if (!e.committed) {
+    // Never durable: nothing on disk refers to it.
+    FreeLocked(f);
+    return;
+  }
+  pending->free_after_commit.push_back(f);
 }
 
 absl::Status ExtentStoreImpl::Write(const ShardKey& key, absl::Span<const std::byte> data) {
-  absl::MutexLock lock(&mu_);
   if (!data.empty() && reinterpret_cast<uintptr_t>(data.data()) % alignment_ != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "writing shard ", ShardKeyToString(key), ": buffer address 0x",
@@ -411,81 +572,108 @@ absl::Status ExtentStoreImpl::Write(const ShardKey& key, absl::Span<const std::b
   rec.key = key;
   rec.size_bytes = data.size();
   rec.checksum_kind = options_.checksum;
-  rec.generation = next_generation_++;
-  if (!data.empty()) {
-    // The file with the most free space that has a large enough hole: spreads
-    // shards (and bandwidth) across paths.
-    int best = -1;
-    uint64_t need = files_[0].allocator->RoundUp(data.size());
-    for (size_t i = 0; i < files_.size(); ++i) {
-      const ExtentAllocator& a = *files_[i].allocator;
-      if (a.largest_free_extent_bytes() < need) continue;
-      if (best < 0 || a.free_bytes() > files_[best].allocator->free_bytes()) best = static_cast<int>(i);
-    }
-    if (best < 0) {
-      ExtentStoreStats st;
-      for (const DataFile& f : files_) {
-        st.free_bytes += f.allocator->free_bytes();
-        st.largest_free_extent_bytes = std::max(st.largest_free_extent_bytes, f.allocator->largest_free_extent_bytes());
+  {
+    absl::MutexLock lock(&mu_);
+    rec.generation = next_generation_++;
+    if (!data.empty()) {
+      // The file with the most free space that has a large enough hole:
+      // spreads shards (and bandwidth) across paths.
+      int best = -1;
+      uint64_t need = files_[0].allocator->RoundUp(data.size());
+      for (size_t i = 0; i < files_.size(); ++i) {
+        const ExtentAllocator& a = *files_[i].allocator;
+        if (a.largest_free_extent_bytes() < need) continue;
+        if (best < 0 || a.free_bytes() > files_[best].allocator->free_bytes()) best = static_cast<int>(i);
       }
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "writing shard ", ShardKeyToString(key), " (", FormatBytes(data.size()),
-          "): no free extent large enough on NVMe: ", FormatBytes(st.free_bytes), " free, largest free extent ",
-          FormatBytes(st.largest_free_extent_bytes),
-          (free_after_commit_.empty() && free_after_sync_.empty() ? "" : "; Commit() (and Sync()) release replaced versions"),
-          "; raise capacity_bytes_per_path or evict shards"));
+      if (best < 0) {
+        ExtentStoreStats st;
+        for (const DataFile& f : files_) {
+          st.free_bytes += f.allocator->free_bytes();
+          st.largest_free_extent_bytes =
+              std::max(st.largest_free_extent_bytes, f.allocator->largest_free_extent_bytes());
+        }
+        bool frees_pending = !free_after_sync_.empty();
+        for (const auto& [owner, p] : pending_) frees_pending = frees_pending || !p.free_after_commit.empty();
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "writing shard ", ShardKeyToString(key), " (", FormatBytes(data.size()),
+            "): no free extent large enough on NVMe: ", FormatBytes(st.free_bytes), " free, largest free extent ",
+            FormatBytes(st.largest_free_extent_bytes),
+            (frees_pending ? "; Commit() (and Sync()) release replaced versions" : ""),
+            "; raise capacity_bytes_per_path or evict shards"));
+      }
+      rec.file_index = static_cast<uint32_t>(best);
+      STRATA_ASSIGN_OR_RETURN(rec.offset_bytes, files_[best].allocator->Allocate(data.size()));
+      rec.extent_bytes = need;
     }
-    rec.file_index = static_cast<uint32_t>(best);
-    STRATA_ASSIGN_OR_RETURN(rec.offset_bytes, files_[best].allocator->Allocate(data.size()));
-    rec.extent_bytes = need;
   }
+  // The new extent is this call's alone until it is installed below.
   StreamingChecksum sum(rec.checksum_kind, rec.generation);
   if (!data.empty()) {
-    absl::Status s = RunExtentIo(IoOp::kWrite, rec, const_cast<std::byte*>(data.data()),
-                                 [&](uint64_t off, uint64_t len) { hasher_.Add(&sum, data.data() + off, len); });
-    hasher_.Drain();  // before `sum` or the caller's buffer can go away
+    absl::Status s;
+    {
+      LaneLease lane(this);
+      ChunkHasher* hasher = lane->hasher.get();
+      s = RunExtentIo(*lane, IoOp::kWrite, rec, const_cast<std::byte*>(data.data()),
+                      [&](uint64_t off, uint64_t len) { hasher->Add(&sum, data.data() + off, len); });
+      hasher->Drain();  // before `sum` or the caller's buffer can go away
+    }
     if (!s.ok()) {
-      (void)files_[rec.file_index].allocator->Free(rec.offset_bytes, rec.extent_bytes);
+      absl::MutexLock lock(&mu_);
+      FreeLocked(FreeExtent{rec.file_index, rec.offset_bytes, rec.extent_bytes});
       return absl::Status(s.code(), absl::StrCat("writing shard ", ShardKeyToString(key), " to NVMe: ",
                                                  s.message(), "; the previous version is unchanged"));
     }
-    data_dirty_ = true;
   }
   rec.checksum = sum.Digest();
+  absl::MutexLock lock(&mu_);
+  if (!data.empty()) ++write_epoch_;
+  Pending& pending = pending_[OwnerOf(key)];
   auto it = entries_.find(key);
-  if (it != entries_.end()) ReleaseExtent(it->second.record, it->second.committed);
+  if (it != entries_.end()) ReleaseLocked(it->second, &pending);
   entries_[key] = Entry{rec, false};
-  uncommitted_.push_back(ManifestChange{false, rec});
+  pending.changes.push_back(ManifestChange{false, rec});
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> ExtentStoreImpl::Read(const ShardKey& key, absl::Span<std::byte> into) {
-  absl::MutexLock lock(&mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) {
-    return absl::NotFoundError(absl::StrCat("shard ", ShardKeyToString(key), " is not on NVMe"));
-  }
-  const ExtentRecord rec = it->second.record;
-  if (into.size() < rec.size_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reading shard ", ShardKeyToString(key), ": the buffer holds ", into.size(),
-        " bytes but the shard is ", rec.size_bytes, "; pass a buffer of at least SizeOf(key)"));
-  }
-  if (rec.size_bytes > 0 && reinterpret_cast<uintptr_t>(into.data()) % alignment_ != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reading shard ", ShardKeyToString(key), ": buffer address 0x",
-        absl::Hex(reinterpret_cast<uintptr_t>(into.data())), " is not a multiple of ", alignment_,
-        ", the store's O_DIRECT alignment; allocate shard buffers aligned to alignment()"));
+  ExtentRecord rec;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {
+      return absl::NotFoundError(absl::StrCat("shard ", ShardKeyToString(key), " is not on NVMe"));
+    }
+    rec = it->second.record;
+    if (into.size() < rec.size_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reading shard ", ShardKeyToString(key), ": the buffer holds ", into.size(),
+          " bytes but the shard is ", rec.size_bytes, "; pass a buffer of at least SizeOf(key)"));
+    }
+    if (rec.size_bytes > 0 && reinterpret_cast<uintptr_t>(into.data()) % alignment_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reading shard ", ShardKeyToString(key), ": buffer address 0x",
+          absl::Hex(reinterpret_cast<uintptr_t>(into.data())), " is not a multiple of ", alignment_,
+          ", the store's O_DIRECT alignment; allocate shard buffers aligned to alignment()"));
+    }
+    // Pinned: a concurrent replace or delete frees it only after this read.
+    if (rec.extent_bytes > 0) ++pins_[ExtentId{rec.file_index, rec.offset_bytes}];
   }
   StreamingChecksum sum(rec.checksum_kind, rec.generation);
+  absl::Status s;
   if (rec.size_bytes > 0) {
-    absl::Status s = RunExtentIo(IoOp::kRead, rec, into.data(),
-                                 [&](uint64_t off, uint64_t len) { hasher_.Add(&sum, into.data() + off, len); });
-    hasher_.Drain();  // before `sum` or the caller's buffer can go away
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("reading shard ", ShardKeyToString(key), " from NVMe: ",
-                                                 s.message()));
-    }
+    LaneLease lane(this);
+    ChunkHasher* hasher = lane->hasher.get();
+    s = RunExtentIo(*lane, IoOp::kRead, rec, into.data(),
+                    [&](uint64_t off, uint64_t len) { hasher->Add(&sum, into.data() + off, len); });
+    hasher->Drain();  // before `sum` or the caller's buffer can go away
+  }
+  if (rec.extent_bytes > 0) {
+    absl::MutexLock lock(&mu_);
+    UnpinLocked(ExtentId{rec.file_index, rec.offset_bytes});
+  }
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("reading shard ", ShardKeyToString(key), " from NVMe: ",
+                                               s.message()));
   }
   uint64_t got = sum.Digest();
   if (got != rec.checksum) {
@@ -507,6 +695,15 @@ absl::StatusOr<uint64_t> ExtentStoreImpl::SizeOf(const ShardKey& key) const {
   return it->second.record.size_bytes;
 }
 
+absl::StatusOr<uint64_t> ExtentStoreImpl::GenerationOf(const ShardKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(absl::StrCat("shard ", ShardKeyToString(key), " is not on NVMe"));
+  }
+  return it->second.record.generation;
+}
+
 bool ExtentStoreImpl::Contains(const ShardKey& key) const {
   absl::MutexLock lock(&mu_);
   return entries_.contains(key);
@@ -518,17 +715,71 @@ absl::Status ExtentStoreImpl::Delete(const ShardKey& key) {
   if (it == entries_.end()) {
     return absl::NotFoundError(absl::StrCat("deleting shard ", ShardKeyToString(key), ": not on NVMe"));
   }
-  ReleaseExtent(it->second.record, it->second.committed);
+  Pending& pending = pending_[OwnerOf(key)];
+  ReleaseLocked(it->second, &pending);
   ManifestChange c;
   c.is_delete = true;
   c.record.key = key;
   c.record.generation = next_generation_++;
-  uncommitted_.push_back(c);
+  pending.changes.push_back(c);
   entries_.erase(it);
   return absl::OkStatus();
 }
 
-absl::Status ExtentStoreImpl::CommitLocked(bool force_sync) {
+absl::Status ExtentStoreImpl::DeleteOwner(uint64_t owner) {
+  {
+    absl::MutexLock lock(&mu_);
+    Pending& pending = pending_[owner];
+    for (auto it = entries_.lower_bound(FirstKeyOf(owner)); it != entries_.end() && OwnerOf(it->first) == owner;) {
+      ReleaseLocked(it->second, &pending);
+      ManifestChange c;
+      c.is_delete = true;
+      c.record.key = it->first;
+      c.record.generation = next_generation_++;
+      pending.changes.push_back(c);
+      it = entries_.erase(it);
+    }
+  }
+  return Commit(owner);
+}
+
+void ExtentStoreImpl::Rollback(uint64_t owner) {
+  // No commit of this owner may be half way (its extents about to become
+  // durable) while its pending state is thrown away.
+  absl::MutexLock commit_lock(&commit_mu_);
+  absl::MutexLock lock(&mu_);
+  std::set<ExtentId> keep;  // the owner's durable extents
+  const ShardKey first = FirstKeyOf(owner);
+  for (auto it = durable_.lower_bound(first); it != durable_.end() && OwnerOf(it->first) == owner; ++it) {
+    if (it->second.extent_bytes > 0) keep.insert(ExtentId{it->second.file_index, it->second.offset_bytes});
+  }
+  auto p = pending_.find(owner);
+  if (p != pending_.end()) {
+    for (const FreeExtent& f : p->second.free_after_commit) {
+      if (!keep.contains(ExtentId{f.file_index, f.offset})) FreeLocked(f);
+    }
+    pending_.erase(p);
+  }
+  for (auto it = entries_.lower_bound(first); it != entries_.end() && OwnerOf(it->first) == owner;) {
+    auto d = durable_.find(it->first);
+    if (d != durable_.end() && d->second.generation == it->second.record.generation) {
+      ++it;
+      continue;
+    }
+    const ExtentRecord& rec = it->second.record;
+    if (rec.extent_bytes > 0 && !keep.contains(ExtentId{rec.file_index, rec.offset_bytes})) {
+      FreeLocked(FreeExtent{rec.file_index, rec.offset_bytes, rec.extent_bytes});
+    }
+    it = entries_.erase(it);
+  }
+  for (auto it = durable_.lower_bound(first); it != durable_.end() && OwnerOf(it->first) == owner; ++it) {
+    if (!entries_.contains(it->first)) entries_[it->first] = Entry{it->second, /*committed=*/true};
+  }
+}
+
+absl::Status ExtentStoreImpl::CommitImpl(bool one_owner, uint64_t owner, bool force_sync) {
+  absl::MutexLock commit_lock(&commit_mu_);
+  if (!broken_.ok()) return broken_;
   bool sync = force_sync;
   if (!sync) {
     switch (options_.sync_policy) {
@@ -537,64 +788,116 @@ absl::Status ExtentStoreImpl::CommitLocked(bool force_sync) {
       case SyncPolicy::kNever: sync = false; break;
     }
   }
-  if (uncommitted_.empty() && !sync) return absl::OkStatus();
+  std::map<uint64_t, Pending> taken;
+  std::vector<ManifestChange> changes;
+  uint64_t epoch, max_generation;
+  {
+    absl::MutexLock lock(&mu_);
+    if (one_owner) {
+      auto it = pending_.find(owner);
+      if (it != pending_.end()) {
+        taken.emplace(owner, std::move(it->second));
+        pending_.erase(it);
+      }
+    } else {
+      taken.swap(pending_);
+    }
+    for (auto& [o, p] : taken) {
+      for (const ManifestChange& c : p.changes) {
+        changes.push_back(c);
+        if (c.is_delete) continue;
+        // From here a replace of this version waits for a commit to free it.
+        auto e = entries_.find(c.record.key);
+        if (e != entries_.end() && e->second.record.generation == c.record.generation) e->second.committed = true;
+      }
+    }
+    epoch = write_epoch_;
+    max_generation = next_generation_ - 1;
+  }
+  // Puts what was taken back in front of what arrived since (a failed commit
+  // leaves the changes pending, as if it had not been tried).
+  auto give_back = [&] {
+    absl::MutexLock lock(&mu_);
+    for (auto& [o, p] : taken) {
+      Pending& now = pending_[o];
+      p.changes.insert(p.changes.end(), now.changes.begin(), now.changes.end());
+      p.free_after_commit.insert(p.free_after_commit.end(), now.free_after_commit.begin(),
+                                 now.free_after_commit.end());
+      now = std::move(p);
+    }
+  };
+  if (changes.empty() && !sync) return absl::OkStatus();
   // Data before the manifest that points at it: after a crash a committed
   // record never refers to bytes that had not reached the disk.
-  if (sync && data_dirty_) {
+  if (sync && epoch > synced_epoch_) {
     for (const DataFile& f : files_) {
-      if (fdatasync(f.fd) != 0) return ErrnoToStatus(errno, absl::StrCat("fdatasync of ", f.path));
+      if (fdatasync(f.fd) != 0) {
+        absl::Status s = ErrnoToStatus(errno, absl::StrCat("fdatasync of ", f.path));
+        give_back();
+        return s;
+      }
     }
-    data_dirty_ = false;
+    synced_epoch_ = epoch;
   }
-  if (!uncommitted_.empty()) {
-    STRATA_RETURN_IF_ERROR(journal_->AppendCommit(uncommitted_, commit_seq_ + 1, next_generation_ - 1, sync));
-    ++commit_seq_;
-    for (const ManifestChange& c : uncommitted_) {
-      if (c.is_delete) continue;
-      auto it = entries_.find(c.record.key);
-      if (it != entries_.end() && it->second.record.generation == c.record.generation) it->second.committed = true;
+  if (!changes.empty()) {
+    absl::Status s = journal_->AppendCommit(changes, commit_seq_ + 1, max_generation, sync,
+                                            one_owner ? owner : ManifestJournal::kAllOwners);
+    if (!s.ok()) {
+      // The append may have reached the file in part; whether it survives is
+      // unknown, so nothing more is committed until the store is reopened.
+      broken_ = absl::Status(s.code(), absl::StrCat("the NVMe manifest could not be appended (", s.message(),
+                                                    "); no further commits until the daemon restarts"));
+      give_back();
+      return s;
     }
-    uncommitted_.clear();
+    ++commit_seq_;
   } else if (sync) {
     STRATA_RETURN_IF_ERROR(journal_->Sync());
   }
-  // Extents replaced by this commit. Reusing them is safe once the manifest
-  // that no longer references them cannot be lost: after a sync, or at once
-  // under kNever (which gives up power-loss safety anyway; a stale record
-  // then reads as DataLoss, never as wrong data).
-  if (sync) {
-    for (const FreeExtent& f : free_after_sync_) (void)files_[f.file_index].allocator->Free(f.offset, f.bytes);
-    free_after_sync_.clear();
-    for (const FreeExtent& f : free_after_commit_) (void)files_[f.file_index].allocator->Free(f.offset, f.bytes);
-    commits_since_sync_ = 0;
-  } else if (options_.sync_policy == SyncPolicy::kNever) {
-    for (const FreeExtent& f : free_after_commit_) (void)files_[f.file_index].allocator->Free(f.offset, f.bytes);
-    ++commits_since_sync_;
-  } else {
-    free_after_sync_.insert(free_after_sync_.end(), free_after_commit_.begin(), free_after_commit_.end());
-    ++commits_since_sync_;
+  ManifestState snapshot;
+  bool compact = false;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const ManifestChange& c : changes) {
+      if (c.is_delete) {
+        durable_.erase(c.record.key);
+      } else {
+        durable_[c.record.key] = c.record;
+      }
+    }
+    std::vector<FreeExtent> freed;
+    for (const auto& [o, p] : taken) freed.insert(freed.end(), p.free_after_commit.begin(), p.free_after_commit.end());
+    // Extents replaced by this commit. Reusing them is safe once the manifest
+    // that no longer references them cannot be lost: after a sync, or at once
+    // under kNever (which gives up power-loss safety anyway; a stale record
+    // then reads as DataLoss, never as wrong data).
+    if (sync) {
+      for (const FreeExtent& f : free_after_sync_) FreeLocked(f);
+      free_after_sync_.clear();
+      for (const FreeExtent& f : freed) FreeLocked(f);
+    } else if (options_.sync_policy == SyncPolicy::kNever) {
+      for (const FreeExtent& f : freed) FreeLocked(f);
+    } else {
+      free_after_sync_.insert(free_after_sync_.end(), freed.begin(), freed.end());
+    }
+    const uint64_t snapshot_estimate = 128 + durable_.size() * 96;
+    if (journal_->size_bytes() > std::max(options_.manifest_compaction_min_bytes, kCompactionFactor * snapshot_estimate)) {
+      compact = true;
+      snapshot.extents = durable_;
+      snapshot.max_generation = next_generation_ - 1;
+    }
   }
-  free_after_commit_.clear();
-
-  uint64_t snapshot_estimate = 128 + entries_.size() * 96;
-  if (journal_->size_bytes() > std::max(options_.manifest_compaction_min_bytes, kCompactionFactor * snapshot_estimate)) {
-    ManifestState state;
-    for (const auto& [key, e] : entries_) state.extents[key] = e.record;
-    state.commit_seq = commit_seq_;
-    state.max_generation = next_generation_ - 1;
-    STRATA_RETURN_IF_ERROR(journal_->Rewrite(state));
+  commits_since_sync_ = sync ? 0 : commits_since_sync_ + 1;
+  if (compact) {
+    snapshot.commit_seq = commit_seq_;
+    absl::Status s = journal_->Rewrite(snapshot);
+    if (!s.ok()) {
+      broken_ = absl::Status(s.code(), absl::StrCat("compacting the NVMe manifest failed (", s.message(),
+                                                    "); no further commits until the daemon restarts"));
+      return broken_;
+    }
   }
   return absl::OkStatus();
-}
-
-absl::Status ExtentStoreImpl::Commit() {
-  absl::MutexLock lock(&mu_);
-  return CommitLocked(/*force_sync=*/false);
-}
-
-absl::Status ExtentStoreImpl::Sync() {
-  absl::MutexLock lock(&mu_);
-  return CommitLocked(/*force_sync=*/true);
 }
 
 std::vector<ShardKey> ExtentStoreImpl::Keys() const {
@@ -623,8 +926,14 @@ ExtentStoreStats ExtentStoreImpl::Stats() const {
 
 absl::StatusOr<std::unique_ptr<ExtentStore>> ExtentStore::Open(const ExtentStoreOptions& options,
                                                                IoEngine* engine) {
+  IoEngine* const engines[] = {engine};
+  return Open(options, absl::MakeConstSpan(engines));
+}
+
+absl::StatusOr<std::unique_ptr<ExtentStore>> ExtentStore::Open(const ExtentStoreOptions& options,
+                                                               absl::Span<IoEngine* const> engines) {
   STRATA_RETURN_IF_ERROR(ValidateOptions(options));
-  auto store = std::make_unique<ExtentStoreImpl>(options, engine);
+  auto store = std::make_unique<ExtentStoreImpl>(options, std::vector<IoEngine*>(engines.begin(), engines.end()));
   STRATA_RETURN_IF_ERROR(store->Init());
   return std::unique_ptr<ExtentStore>(std::move(store));
 }

@@ -17,18 +17,31 @@
 // thread keeps the queue full); a mismatch is DataLoss naming the shard, file
 // and offset -- never wrong data.
 //
-// Durability. Write() makes data readable at once (by this process); Commit()
-// makes everything written or deleted so far survive a crash: it waits for
-// the data, fdatasyncs the data files (per SyncPolicy), appends the changes
-// and a commit record to the manifest journal and fdatasyncs it. On Open, the
-// journal is replayed up to the last complete commit record (a torn tail is
-// ignored and truncated). After a crash at any point each shard therefore
-// reads back as its last committed version or is missing (NotFound), never
-// torn. The journal is compacted by writing a snapshot to a temporary file,
-// fsyncing it and renaming it over the journal.
+// Durability. Write() makes data readable at once (by this process); each
+// shard belongs to an owner -- its key's job id -- and Commit(owner) makes
+// that owner's writes and deletes so far survive a crash, and no one else's:
+// it waits for the data, fdatasyncs the data files (per SyncPolicy), appends
+// the owner's changes and a commit record naming the owner to the manifest
+// journal and fdatasyncs it. Jobs sharing a store therefore never make each
+// other's half-written steps durable. Rollback(owner) drops an owner's
+// uncommitted changes; DeleteOwner(owner) removes all its shards in one
+// commit. On Open, the journal is replayed up to the last complete commit
+// record (a torn tail is ignored and truncated); uncommitted writes of every
+// owner are gone. After a crash at any point each shard therefore reads back
+// as its owner's last committed version or is missing (NotFound), never torn.
+// The journal is compacted by writing a snapshot of the committed state to a
+// temporary file, fsyncing it and renaming it over the journal.
 //
-// Thread-safe: all methods may be called from any thread; operations are
-// serialized on one internal mutex and I/O goes through the borrowed engine.
+// Exclusive use. Open takes an flock on `strata-extents.lock` in every path
+// (holding the process id); a second store on the same paths -- another
+// daemon -- is FailedPrecondition naming the holder's pid.
+//
+// Thread-safe, for several jobs at once: metadata (index, allocator, pending
+// changes) is guarded by one mutex that is never held across I/O. Reads and
+// writes run concurrently on I/O lanes, one engine each (see Open); a read
+// pins its extent so a concurrent replace cannot reuse it mid-read. Commits
+// are serialized with each other (the journal is one file), but not with
+// reads and writes.
 #ifndef STRATA_SWAP_EXTENT_STORE_H_
 #define STRATA_SWAP_EXTENT_STORE_H_
 
@@ -119,6 +132,14 @@ class ExtentStore {
   // its last commit record; errno-derived codes for open/fallocate failures.
   static absl::StatusOr<std::unique_ptr<ExtentStore>> Open(
       const ExtentStoreOptions& options, IoEngine* engine);
+  // As above with one I/O lane per engine: up to engines.size() reads and
+  // writes run at once (each lane drives its own engine from the calling
+  // thread). All engines are borrowed, as above.
+  static absl::StatusOr<std::unique_ptr<ExtentStore>> Open(
+      const ExtentStoreOptions& options, absl::Span<IoEngine* const> engines);
+
+  // The owner of a shard: its job. Commit/Rollback/DeleteOwner act per owner.
+  static uint64_t OwnerOf(const ShardKey& key) { return key.job.value(); }
 
   // The destructor does not commit: writes since the last Commit() are
   // dropped as by a crash (the next Open does not see them).
@@ -150,10 +171,21 @@ class ExtentStore {
   // Removes `key` (durable at the next Commit). NotFound if absent.
   virtual absl::Status Delete(const ShardKey& key) = 0;
 
-  // Makes all writes and deletes so far durable as described above.
+  // Makes `owner`'s writes and deletes so far durable, atomically, as
+  // described above; other owners' pending changes stay pending.
+  virtual absl::Status Commit(uint64_t owner) = 0;
+  // Commits every owner's pending changes at once (tools, tests, shutdown).
   virtual absl::Status Commit() = 0;
   // Commit() plus fdatasync regardless of SyncPolicy.
   virtual absl::Status Sync() = 0;
+  // Drops `owner`'s uncommitted writes and deletes: its shards read back as
+  // of its last commit (what a crash would leave), their new extents freed.
+  virtual void Rollback(uint64_t owner) = 0;
+  // Deletes every shard of `owner` (committed or not) and commits that, so
+  // the owner is gone after a crash too. OK when it has no shards.
+  virtual absl::Status DeleteOwner(uint64_t owner) = 0;
+  // Generation of the latest version of `key` (it grows with every write).
+  virtual absl::StatusOr<uint64_t> GenerationOf(const ShardKey& key) const = 0;
 
   // Every shard currently stored (including uncommitted writes), sorted.
   virtual std::vector<ShardKey> Keys() const = 0;

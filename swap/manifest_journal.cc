@@ -96,11 +96,15 @@ std::string DeletePayload(const ExtentRecord& r) {
   return p;
 }
 
-std::string CommitPayload(uint64_t seq, uint64_t max_generation) {
+// The owner field was added after format 1 shipped: a COMMIT without it (an
+// older journal, or a snapshot) closes changes of any owner.
+std::string CommitPayload(uint64_t seq, uint64_t max_generation,
+                          uint64_t owner = ManifestJournal::kAllOwners) {
   std::string p;
   PutU8(&p, kCommit);
   PutU64(&p, seq);
   PutU64(&p, max_generation);
+  if (owner != ManifestJournal::kAllOwners) PutU64(&p, owner);
   return p;
 }
 
@@ -253,8 +257,17 @@ absl::StatusOr<std::unique_ptr<ManifestJournal>> ManifestJournal::Open(
       }
       staged.push_back(std::move(c));
     } else if (type == kCommit) {
-      uint64_t seq = 0, max_gen = 0;
+      uint64_t seq = 0, max_gen = 0, owner = kAllOwners;
       ok = r.U64(&seq) && r.U64(&max_gen);
+      if (ok && !r.done()) ok = r.U64(&owner);
+      if (ok && owner != kAllOwners) {
+        for (const ManifestChange& c : staged) {
+          if (c.record.key.job.value() != owner) {
+            return Corrupt(path, pos, absl::StrCat("the commit of owner ", owner, " closes a change of shard ",
+                                                   ShardKeyToString(c.record.key)));
+          }
+        }
+      }
       if (ok) {
         for (ManifestChange& c : staged) {
           if (c.is_delete) {
@@ -309,12 +322,13 @@ ManifestJournal::~ManifestJournal() {
 }
 
 absl::Status ManifestJournal::AppendCommit(absl::Span<const ManifestChange> changes,
-                                           uint64_t commit_seq, uint64_t max_generation, bool sync) {
+                                           uint64_t commit_seq, uint64_t max_generation, bool sync,
+                                           uint64_t owner) {
   std::string out;
   for (const ManifestChange& c : changes) {
     AppendFramed(&out, c.is_delete ? DeletePayload(c.record) : PutPayload(c.record));
   }
-  AppendFramed(&out, CommitPayload(commit_seq, max_generation));
+  AppendFramed(&out, CommitPayload(commit_seq, max_generation, owner));
   // pwrite at our own end offset: a failed earlier append may have left
   // garbage, which this overwrites.
   size_t done = 0;

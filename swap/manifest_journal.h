@@ -2,7 +2,10 @@
 //
 // An append-only journal of framed records: a header (format version and the
 // store's data paths), then per commit the PUT/DELETE records of the shards it
-// changed followed by one COMMIT record. Each record is framed as
+// changed followed by one COMMIT record. A COMMIT record names its owner (the
+// job whose changes it makes durable, or kAllOwners); replay checks that every
+// change it closes belongs to that owner. Records of one commit are written
+// in one pwrite by one committer at a time, so commits never interleave. Each record is framed as
 //   magic u32 | payload length u32 | XXH3-64 of payload u64 | payload
 // so a torn or partly written tail fails its hash. Replay applies records a
 // commit at a time: changes are staged and only take effect when their
@@ -69,9 +72,11 @@ class ManifestJournal {
       std::vector<std::string>* warnings);
   ~ManifestJournal();
 
+  static constexpr uint64_t kAllOwners = UINT64_MAX;
   // Appends `changes` and a COMMIT record as one write; fdatasync when `sync`.
+  // REQUIRES: every change's key belongs to `owner` (unless kAllOwners).
   absl::Status AppendCommit(absl::Span<const ManifestChange> changes, uint64_t commit_seq,
-                            uint64_t max_generation, bool sync);
+                            uint64_t max_generation, bool sync, uint64_t owner = kAllOwners);
   // Replaces the journal by a snapshot of `state` (see above).
   absl::Status Rewrite(const ManifestState& state);
   absl::Status Sync();

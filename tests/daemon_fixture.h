@@ -82,6 +82,14 @@ class DaemonProcess {
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
+  // kill -9: no shutdown path runs (a crash).
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
   bool running() {
     if (pid_ <= 0) return false;
     int status;
