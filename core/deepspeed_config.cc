@@ -520,7 +520,7 @@ absl::Status ReadOptimizer(const Json& value, Warnings* warnings, std::optional<
   else o.kind = OptimizerKind::kOther;
   if (!IsDeepSpeedOptimizer(lower) && !IsTorchOptimClass(o.type)) {
     warnings->push_back(absl::StrCat(
-        "optimizer.type: '", o.type.substr(0, 100),
+        "optimizer.type: '", dsconfig::PrintableKey(o.type),
         "' is neither a DeepSpeed optimizer nor a torch.optim class; deepspeed.initialize will "
         "not find it"));
   }
@@ -588,7 +588,7 @@ absl::Status ReadOptimizer(const Json& value, Warnings* warnings, std::optional<
       for (auto it = v->begin(); it != v->end(); ++it) {
         if (!it->is_number() || std::isfinite(it->get<double>())) continue;
         if (it.key() == "max_grad_norm") continue;
-        o.unusable.push_back(absl::StrCat("optimizer.params.", it.key().substr(0, 100),
+        o.unusable.push_back(absl::StrCat("optimizer.params.", dsconfig::PrintableKey(it.key()),
                                           ": not a finite number"));
       }
     }
@@ -721,6 +721,18 @@ absl::Status ReadPlainChecks(const Json& root, int stage, bool zenflow) {
       }
     }
   }
+  // DeepSpeed computes `wall_clock_breakdown | flops_profiler.enabled` and
+  // `vocabulary_size % 8`: values Python cannot do that with fail there.
+  if (auto it = root.find("wall_clock_breakdown"); it != root.end()) {
+    if (!it->is_boolean() && !it->is_number_integer()) {
+      return InvalidValue("wall_clock_breakdown", *it, "true or false");
+    }
+  }
+  if (auto it = root.find("vocabulary_size"); it != root.end()) {
+    if (Truthy(*it) && !it->is_number() && !it->is_boolean()) {
+      return InvalidValue("vocabulary_size", *it, "a number");
+    }
+  }
   // Sections DeepSpeed opens with dict methods or **: anything but an object
   // fails there.
   for (const char* key : {"scheduler", "pipeline", "compile", "weight_quantization"}) {
@@ -728,6 +740,26 @@ absl::Status ReadPlainChecks(const Json& root, int stage, bool zenflow) {
     if (it != root.end() && !it->is_object()) return InvalidValue(key, *it, "a JSON object");
   }
   return absl::OkStatus();
+}
+
+// The path of the first number literal beyond a double (see
+// ParseConfigJson), walking with an explicit stack (the depth is capped, but
+// nothing here recurses anyway); empty when there is none.
+std::string FindOverflow(const Json& root) {
+  std::vector<std::pair<const Json*, std::string>> stack = {{&root, ""}};
+  while (!stack.empty()) {
+    auto [v, path] = std::move(stack.back());
+    stack.pop_back();
+    if (dsconfig::IsOverflow(*v)) return path.empty() ? "the config" : path;
+    if (v->is_object()) {
+      for (auto it = v->begin(); it != v->end(); ++it) {
+        stack.emplace_back(&it.value(), dsconfig::JoinPath(path, it.key()));
+      }
+    } else if (v->is_array()) {
+      for (size_t i = 0; i < v->size(); ++i) stack.emplace_back(&(*v)[i], absl::StrCat(path, "[", i, "]"));
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -834,6 +866,12 @@ absl::StatusOr<DeepSpeedConfig> ParseDeepSpeedConfig(absl::string_view json_text
   if (bf16_states && (stage == 0 || !bf16_master)) {
     return absl::InvalidArgumentError(
         "bf16.bf16_optimizer_states needs ZeRO stage 1, 2 or 3 and bf16_master_weights_and_grads");
+  }
+  // DeepSpeed loads a config file with hjson, which refuses a number beyond
+  // a double wherever it is; where strata reads the key it has said so above.
+  if (std::string where = FindOverflow(root); !where.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": a number beyond the range of a double; DeepSpeed's config loader refuses it"));
   }
   for (auto it = root.begin(); it != root.end(); ++it) {
     if (std::find_if(std::begin(kKnownTopLevel), std::end(kKnownTopLevel),

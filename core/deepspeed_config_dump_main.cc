@@ -1,7 +1,7 @@
-// strata-dsconfig-dump FILE: prints what ParseDeepSpeedConfig reads from a
-// DeepSpeed config as one JSON object, {"ok": true, "config": {...},
-// "warnings": [...]} or {"ok": false, "code": "...", "error": "..."}. The
-// conformance test (tests/deepspeed_conformance) compares it with what
+// strata-dsconfig-dump FILE...: prints what ParseDeepSpeedConfig reads from
+// each DeepSpeed config, one JSON object per line: {"ok": true, "config":
+// {...}, "warnings": [...]} or {"ok": false, "code": "...", "error": "..."}.
+// The conformance test (tests/deepspeed_conformance) compares it with what
 // DeepSpeed's own parser reads. Exit status 0 either way; 2 on bad usage.
 #include <cstdio>
 #include <iostream>
@@ -100,22 +100,24 @@ Json Dump(const strata::DeepSpeedConfig& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: strata-dsconfig-dump DS_CONFIG.json\n");
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: strata-dsconfig-dump DS_CONFIG.json...\n");
     return 2;
   }
-  auto config = strata::LoadDeepSpeedConfigFile(argv[1]);
-  Json out;
-  if (config.ok()) {
-    out["ok"] = true;
-    out["config"] = Dump(*config);
-    out["warnings"] = config->warnings;
-  } else {
-    out["ok"] = false;
-    out["code"] = absl::StatusCodeToString(config.status().code());
-    out["error"] = std::string(config.status().message());
+  for (int i = 1; i < argc; ++i) {
+    auto config = strata::LoadDeepSpeedConfigFile(argv[i]);
+    Json out;
+    if (config.ok()) {
+      out["ok"] = true;
+      out["config"] = Dump(*config);
+      out["warnings"] = config->warnings;
+    } else {
+      out["ok"] = false;
+      out["code"] = absl::StatusCodeToString(config.status().code());
+      out["error"] = std::string(config.status().message());
+    }
+    // Messages may quote bytes of the input: never let them break the JSON.
+    std::cout << out.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
   }
-  // Messages may quote bytes of the input: never let them break the JSON.
-  std::cout << out.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "core/deepspeed_config_json.h"
 
+#include "core/deepspeed_config_model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -85,7 +87,7 @@ absl::StatusOr<Json> ParseConfigJson(absl::string_view text, int max_depth) {
       case Json::parse_event_t::key:
         if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
             duplicate.empty()) {
-          duplicate = parsed.get<std::string>().substr(0, 100);
+          duplicate = PrintableKey(parsed.get<std::string>());
         }
         break;
       default:

@@ -9,9 +9,18 @@ namespace strata::dsconfig {
 
 bool IsAuto(const Json& value) { return value.is_string() && value.get_ref<const std::string&>() == "auto"; }
 
-std::string JoinPath(absl::string_view path, absl::string_view key) {
+std::string PrintableKey(absl::string_view key) {
   std::string k(key.substr(0, 100));
+  // A key is the client's bytes: keep messages on one line.
+  for (char& c : k) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
   if (key.size() > 100) k += "...";
+  return k;
+}
+
+std::string JoinPath(absl::string_view path, absl::string_view key) {
+  std::string k = PrintableKey(key);
   return path.empty() ? k : absl::StrCat(path, ".", k);
 }
 

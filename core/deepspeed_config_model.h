@@ -26,6 +26,8 @@ bool IsAuto(const Json& value);
 // "zero_optimization" + "stage" -> "zero_optimization.stage"; keys are cut
 // to 100 characters so a hostile key cannot blow up a message.
 std::string JoinPath(absl::string_view path, absl::string_view key);
+// The key itself, cut the same way, control characters replaced by '?'.
+std::string PrintableKey(absl::string_view key);
 
 // "<path>: <value> is not valid; expected <what>".
 absl::Status InvalidValue(absl::string_view path, const Json& value, absl::string_view expected);

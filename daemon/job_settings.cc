@@ -2,6 +2,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 
 namespace strata {
@@ -50,7 +51,23 @@ absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobReques
     }
   }
   s.optimizer = ds->optimizer.has_value() ? HyperparamsFromDeepSpeed(*ds->optimizer) : OptimizerHyperparams{};
-  if (r.has_optimizer() && !r.optimizer().type().empty()) {
+  const bool request_names_optimizer = r.has_optimizer() && !r.optimizer().type().empty();
+  if (ds->optimizer.has_value() && !request_names_optimizer) {
+    // A DeepSpeed config may name any optimizer DeepSpeed accepts; stratad
+    // runs only those it has CPU kernels for. (LAMB: not yet on this branch.)
+    const OptimizerConfig& o = *ds->optimizer;
+    if (o.kind == OptimizerKind::kLamb || o.kind == OptimizerKind::kOther) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "deepspeed_config_json: optimizer.type '", o.type.substr(0, 100),
+          "' is not an optimizer stratad runs; stratad supports Adam, AdamW, Adagrad and Lion "
+          "(`strata plan` still plans this config)"));
+    }
+    if (!o.unusable.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("deepspeed_config_json: ", absl::StrJoin(o.unusable, "; ")));
+    }
+  }
+  if (request_names_optimizer) {
     const auto& o = r.optimizer();
     STRATA_ASSIGN_OR_RETURN(s.optimizer.kind, ParseOptimizerKind(o.type()));
     s.optimizer.lr = o.lr();

@@ -64,6 +64,9 @@ absl::Status CpuOptimizer::Step(const OptimizerHyperparams& config, int64_t step
     case OptimizerKind::kLion:
       range = &internal::LionRange;
       break;
+    case OptimizerKind::kLamb:   // no CPU kernel yet; ValidateOptimizerHyperparams
+    case OptimizerKind::kOther:  // refuses both before this switch
+      break;
   }
   ForEachTile(spans.size, [&](size_t, size_t begin, size_t end) { range(s, spans, begin, end); });
   return absl::OkStatus();

@@ -124,6 +124,9 @@ absl::Status ReferenceStep(const OptimizerHyperparams& config, int64_t step,
       case OptimizerKind::kLion:
         LionElement(s, spans, i);
         break;
+      case OptimizerKind::kLamb:   // no reference yet; refused by
+      case OptimizerKind::kOther:  // ValidateOptimizerHyperparams
+        break;
     }
   }
   return absl::OkStatus();
