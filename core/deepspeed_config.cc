@@ -209,7 +209,7 @@ absl::Status ReadZero(const Json& value, const Json& root, Warnings* warnings, Z
         ReadOffloadOptimizer(*oo, r.PathOf("offload_optimizer"), &z->offload_optimizer));
   }
   STRATA_RETURN_IF_ERROR(r.OptObject("zenflow"));
-  STRATA_RETURN_IF_ERROR(r.Object("leaf_module"));
+  STRATA_RETURN_IF_ERROR(r.OptObject("leaf_module"));  // DeepSpeed takes null as its default
   STRATA_RETURN_IF_ERROR(r.Int("sub_group_size", &z->sub_group_size, kNonNegative));
 
   z->stage3_prefetch_bucket_size_auto = r.WasAuto("prefetch_bucket_size", "stage3_prefetch_bucket_size");

@@ -51,20 +51,34 @@ def load_text(text):
 
 
 def fill_hf_auto(d):
-    """Fills the top-level "auto" values as the Hugging Face Trainer does."""
+    """Fills the top-level "auto" values as the Hugging Face Trainer does.
+
+    The Trainer puts its own arguments in place of "auto" and refuses a config
+    whose explicit batch numbers disagree with them, so a config it runs is one
+    where the user's arguments fit: "auto" becomes the value that makes the
+    batch equation hold at world size 1 where one exists, else the Trainer's
+    default (micro batch 8, accumulation 1, max_grad_norm 1.0).
+    """
     if not isinstance(d, dict):
         return d
     d = dict(d)
-    world = 1
-    if d.get("train_micro_batch_size_per_gpu") == "auto":
-        d["train_micro_batch_size_per_gpu"] = HF_MICRO_BATCH
+
+    def given(k):
+        v = d.get(k)
+        return v if type(v) is int and v > 0 else None
+
+    tb = given("train_batch_size")
     if d.get("gradient_accumulation_steps") == "auto":
-        d["gradient_accumulation_steps"] = HF_GRAD_ACCUM
+        mb = given("train_micro_batch_size_per_gpu")
+        d["gradient_accumulation_steps"] = tb // mb if tb and mb and tb % mb == 0 else HF_GRAD_ACCUM
+    if d.get("train_micro_batch_size_per_gpu") == "auto":
+        gas = given("gradient_accumulation_steps") or HF_GRAD_ACCUM
+        d["train_micro_batch_size_per_gpu"] = tb // gas if tb and tb % gas == 0 else HF_MICRO_BATCH
     if d.get("train_batch_size") == "auto":
         mb = d.get("train_micro_batch_size_per_gpu", HF_MICRO_BATCH)
         gas = d.get("gradient_accumulation_steps", HF_GRAD_ACCUM)
         try:
-            d["train_batch_size"] = mb * gas * world
+            d["train_batch_size"] = mb * gas
         except TypeError:
             d["train_batch_size"] = HF_MICRO_BATCH
     if d.get("gradient_clipping") == "auto":
@@ -87,7 +101,12 @@ def world_size_for(d):
 
 def parse(d):
     """Returns (DeepSpeedConfig or None, error string or None)."""
-    world = world_size_for(d) if isinstance(d, dict) else 1
+    if not isinstance(d, dict):
+        # A config file whose top level is not an object. DeepSpeedConfig must
+        # not be handed it: it takes an int for a path and os.path.exists(5)
+        # checks file descriptor 5, which it then opens and closes.
+        return None, f"TypeError: a config must be a JSON object, not {type(d).__name__}"
+    world = world_size_for(d)
     try:
         with mock.patch.object(ds_config.dist, "get_rank", lambda *a, **k: 0):
             return ds_config.DeepSpeedConfig(d, mpu=_Mpu(world)), None
