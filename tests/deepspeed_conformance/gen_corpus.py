@@ -20,7 +20,9 @@ from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 from deepspeed.runtime.zero.offload_config import (DeepSpeedZeroOffloadOptimizerConfig,
                                                    DeepSpeedZeroOffloadParamConfig)
 
-BASE = {"train_batch_size": 8}
+# gradient_clipping is given so that the clipping-default difference shows
+# only in the cases that leave it out (batch sizes, hand-written configs).
+BASE = {"train_batch_size": 8, "gradient_clipping": 0.5}
 
 PALETTE = [
     True, False, 0, 1, 2, -1, 7, 2.5, 1.0, 5e8, 1e20, 9.3e18, 0.5, "7", "5e8", "5.0", "1_000", " 3 ", "yes", "off",
