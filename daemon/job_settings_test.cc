@@ -49,5 +49,23 @@ TEST(JobSettingsTest, RefusesOptimizerParamsItCannotUse) {
   EXPECT_NE(s.status().message().find("optimizer.params.lr"), std::string::npos) << s.status();
 }
 
+// Issue 11.1: what crashed CreateJob (a recursive dump of a 200k-deep
+// value on the error path) or came back UNKNOWN (1e400) is InvalidArgument.
+TEST(JobSettingsTest, HostileConfigsAreInvalidArgumentNamingTheProblem) {
+  strata::v1::CreateJobRequest r = Request("AdamW");
+  r.set_deepspeed_config_json(absl::StrCat(R"({"zero_optimization": )", std::string(200000, '['),
+                                           std::string(200000, ']'), "}"));
+  auto deep = ResolveJobSettings(r);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(deep.status().message().find("deeper than"), std::string::npos) << deep.status();
+  r.set_deepspeed_config_json(R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 1e400}})");
+  auto big = ResolveJobSettings(r);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("zero_optimization.reduce_bucket_size"), std::string::npos)
+      << big.status();
+}
+
 }  // namespace
 }  // namespace strata
