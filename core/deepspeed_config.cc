@@ -830,9 +830,6 @@ absl::StatusOr<DeepSpeedConfig> ParseDeepSpeedConfig(absl::string_view json_text
   if (bf16_it != root.end()) {
     STRATA_RETURN_IF_ERROR(
         ReadBf16(*bf16_it, bf16_it.key(), &config.bf16_enabled, &bf16_master, &bf16_states));
-    if (bf16_it.key() == "bfloat16") {
-      warnings->push_back("'bfloat16' is the old name of 'bf16'; DeepSpeed still reads it");
-    }
   }
   if (config.fp16.enabled && config.bf16_enabled) {
     return absl::InvalidArgumentError(

@@ -202,9 +202,8 @@ TEST(DeepSpeedConfigTest, KeysDeepSpeedKnowsAreNotWarnedAbout) {
   EXPECT_TRUE(c->zero.gather_16bit_weights_on_model_save);
   EXPECT_EQ(c->zero.stage3_param_persistence_threshold, 9u);
   EXPECT_EQ(c->zero.stage3_prefetch_bucket_size, 10u);
-  // Only the note that bfloat16 is bf16's old name.
-  ASSERT_EQ(c->warnings.size(), 1u) << c->warnings[1];
-  EXPECT_NE(c->warnings[0].find("bfloat16"), std::string::npos);
+  // bfloat16 is bf16's old name, which DeepSpeed reads without a word.
+  EXPECT_TRUE(c->warnings.empty()) << c->warnings[0];
   // Both spellings of one field at once: pydantic refuses.
   EXPECT_FALSE(ParseDeepSpeedConfig(
                    R"({"zero_optimization": {"max_live_parameters": 7, "stage3_max_live_parameters": 8}})")
