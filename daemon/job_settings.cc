@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 
 namespace strata {
@@ -52,7 +53,27 @@ absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobReques
     }
   }
   s.optimizer = ds->optimizer.has_value() ? HyperparamsFromDeepSpeed(*ds->optimizer) : OptimizerHyperparams{};
-  if (r.has_optimizer() && !r.optimizer().type().empty()) {
+  const bool request_names_optimizer = r.has_optimizer() && !r.optimizer().type().empty();
+  if (ds->optimizer.has_value() && !request_names_optimizer) {
+    // A DeepSpeed config may name any optimizer DeepSpeed accepts; stratad
+    // runs only those it steps shard by shard. LAMB has a CPU kernel
+    // (optimizer_cpu/lamb.h), but its trust ratio needs each tensor's whole
+    // norms, and a ZeRO shard holds pieces of tensors: the daemon does not
+    // gather those norms across shards and ranks yet, so it refuses LAMB.
+    const OptimizerConfig& o = *ds->optimizer;
+    if (o.kind == OptimizerKind::kLamb || o.kind == OptimizerKind::kOther) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "deepspeed_config_json: optimizer.type '", o.type.substr(0, 100),
+          "' is not an optimizer stratad runs; stratad supports Adam, AdamW, Adagrad and Lion "
+          "(LAMB needs per-tensor trust ratios across shards, not built yet) "
+          "(`strata plan` still plans this config)"));
+    }
+    if (!o.unusable.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("deepspeed_config_json: ", absl::StrJoin(o.unusable, "; ")));
+    }
+  }
+  if (request_names_optimizer) {
     const auto& o = r.optimizer();
     STRATA_ASSIGN_OR_RETURN(s.optimizer.kind, ParseOptimizerKind(o.type()));
     s.optimizer.lr = o.lr();

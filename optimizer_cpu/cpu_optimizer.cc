@@ -85,6 +85,8 @@ absl::Status CpuOptimizer::Step(const OptimizerHyperparams& config, int64_t step
       break;
     case OptimizerKind::kLamb:
       break;  // handled above
+    case OptimizerKind::kOther:  // refused by ValidateOptimizerHyperparams
+      break;
   }
   ForEachTile(spans.size, [&](size_t, size_t begin, size_t end) { range(s, spans, begin, end); });
   return absl::OkStatus();

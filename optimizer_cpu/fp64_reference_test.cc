@@ -175,6 +175,8 @@ TEST_P(Fp64ReferenceTest, Fp32StaysWithinDerivedRoundingBoundOver100Steps) {
           EM = b2 * EM + 4 * kU * (b2 * std::fabs(M) + (1 - b2) * std::fabs(gi) + std::fabs(M));
           break;
         }
+        case OptimizerKind::kOther:  // not among this test's cases
+          break;
       }
     }
   }

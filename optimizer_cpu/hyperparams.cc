@@ -109,6 +109,7 @@ StateLayout StateLayoutFor(const OptimizerHyperparams& config) {
       break;
     case OptimizerKind::kAdagrad:
     case OptimizerKind::kLion:
+    case OptimizerKind::kOther:  // refused by ValidateOptimizerHyperparams
       break;
   }
   return layout;
@@ -171,6 +172,8 @@ StepScalars ComputeStepScalars(const OptimizerHyperparams& config, int64_t step,
       s.one_minus_beta2 = static_cast<float>(1.0 - config.beta2);
       s.decay_factor = static_cast<float>(1.0 - config.lr * config.weight_decay);
       s.neg_step_size = static_cast<float>(-config.lr);
+      break;
+    case OptimizerKind::kOther:  // refused by ValidateOptimizerHyperparams
       break;
   }
   return s;

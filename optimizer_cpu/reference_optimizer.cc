@@ -193,6 +193,8 @@ absl::Status ReferenceStep(const OptimizerHyperparams& config, int64_t step,
         break;
       case OptimizerKind::kLamb:
         break;  // above
+      case OptimizerKind::kOther:  // refused by ValidateOptimizerHyperparams
+        break;
     }
   }
   return absl::OkStatus();

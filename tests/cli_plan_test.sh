@@ -48,6 +48,28 @@ check_usage_error "--deepspeed-config" --params 1e9 --deepspeed-config /nonexist
 check_usage_error "zero_optimization.stage" --params 1e9 --deepspeed-config "$data/ds_bad_stage.json"
 check_usage_error "--heads" --layers 24 --hidden 1000 --heads 3
 
+# Hostile configs (issue 11): 200k levels of nesting and a number beyond a
+# double are exit 2 with one line naming the problem, never 134 or 139.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+/usr/bin/python3 -c "import sys; sys.stdout.write('{\"a\": ' + '['*200000 + ']'*200000 + '}')" >"$tmp/deep.json"
+/usr/bin/python3 -c "import sys; sys.stdout.write('{\"zero_optimization\": ' + '{\"a\": '*200000 + '1' + '}'*200000 + '}')" >"$tmp/deep_obj.json"
+echo '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "reduce_bucket_size": 1e400}}' >"$tmp/big.json"
+echo '{"train_micro_batch_size_per_gpu": 1, "gradient_clipping": -1e400}' >"$tmp/big_clip.json"
+check_usage_error "deeper than 100 levels" --params 1e9 --deepspeed-config "$tmp/deep.json"
+check_usage_error "deeper than 100 levels" --params 1e9 --deepspeed-config "$tmp/deep_obj.json"
+check_usage_error "zero_optimization.reduce_bucket_size: 1e400" --params 1e9 --deepspeed-config "$tmp/big.json"
+check_usage_error "gradient_clipping: -1e400" --params 1e9 --deepspeed-config "$tmp/big_clip.json"
+# Configs DeepSpeed accepts that strata refused before (issue 13): planned,
+# with a warning where DeepSpeed ignores a setting.
+echo '{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "OneBitLamb"},
+  "zero_optimization": {"stage": 2, "sub_group_size": 0, "offload_param": {"device": "cpu"},
+                        "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}}' >"$tmp/accepted.json"
+out=$("$strata" plan --params 1e9 --gpu-mem 16GB --cpu-mem 64GB --nvme 1TB \
+      --deepspeed-config "$tmp/accepted.json" 2>"$tmp/err") || fail "accepted config exited $?: $(cat "$tmp/err")"
+grep -q 'selects zero2_offload' <<<"$out" || fail "nvme at stage 2 should plan as zero2_offload: $out"
+grep -q 'offload_param' "$tmp/err" || fail "no warning about offload_param at stage 2: $(cat "$tmp/err")"
+
 out=$("$strata" plan --layers 24 --hidden 2048 --heads 16 --seq 2048 --micro-batch 4 --gpu-mem 80GB) \
   || fail "shape exited $?"
 grep -q 'activations per GPU' <<<"$out" || fail "shape output lacks activations: $out"

@@ -1,0 +1,71 @@
+// CreateJob's reading of a DeepSpeed config: every optimizer DeepSpeed
+// accepts parses (strata plan plans it), and stratad refuses, naming it and
+// listing what it runs, the ones it has no CPU kernel for.
+#include "daemon/job_settings.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace strata {
+namespace {
+
+strata::v1::CreateJobRequest Request(const std::string& optimizer_type) {
+  strata::v1::CreateJobRequest r;
+  r.set_name("j");
+  r.set_world_size(1);
+  r.set_mode(strata::v1::MODE_OFFLOAD);
+  r.set_deepspeed_config_json(absl::StrCat(
+      R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}, "optimizer": {"type": ")",
+      optimizer_type, R"(", "params": {"lr": 0.01}}})"));
+  return r;
+}
+
+TEST(JobSettingsTest, RunsTheOptimizersItHasKernelsFor) {
+  for (const char* type : {"Adam", "AdamW", "adagrad", "Lion"}) {
+    auto s = ResolveJobSettings(Request(type));
+    ASSERT_TRUE(s.ok()) << type << ": " << s.status();
+    EXPECT_DOUBLE_EQ(s->optimizer.lr, 0.01);
+  }
+}
+
+TEST(JobSettingsTest, RefusesOtherOptimizersNamingThemAndWhatItRuns) {
+  for (const char* type : {"Lamb", "OneBitAdam", "MuSGD", "SGD"}) {
+    auto s = ResolveJobSettings(Request(type));
+    ASSERT_FALSE(s.ok()) << type;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(absl::StrCat("'", type, "'")), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find("Adam, AdamW, Adagrad and Lion"), std::string::npos);
+  }
+}
+
+TEST(JobSettingsTest, RefusesOptimizerParamsItCannotUse) {
+  strata::v1::CreateJobRequest r = Request("AdamW");
+  r.set_deepspeed_config_json(
+      R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": "fast"}}})");
+  auto s = ResolveJobSettings(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("optimizer.params.lr"), std::string::npos) << s.status();
+}
+
+// Issue 11.1: what crashed CreateJob (a recursive dump of a 200k-deep
+// value on the error path) or came back UNKNOWN (1e400) is InvalidArgument.
+TEST(JobSettingsTest, HostileConfigsAreInvalidArgumentNamingTheProblem) {
+  strata::v1::CreateJobRequest r = Request("AdamW");
+  r.set_deepspeed_config_json(absl::StrCat(R"({"zero_optimization": )", std::string(200000, '['),
+                                           std::string(200000, ']'), "}"));
+  auto deep = ResolveJobSettings(r);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(deep.status().message().find("deeper than"), std::string::npos) << deep.status();
+  r.set_deepspeed_config_json(R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 1e400}})");
+  auto big = ResolveJobSettings(r);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("zero_optimization.reduce_bucket_size"), std::string::npos)
+      << big.status();
+}
+
+}  // namespace
+}  // namespace strata
