@@ -76,8 +76,11 @@ def test_fp16_loss_scaling_follows_deepspeed(stratad, monkeypatch):
     for i, m in enumerate(masters):
         assert float(state[i]["step"]) == applied
         assert torch.allclose(state[i]["fp32_master"], m.detach(), rtol=0, atol=1e-6)
-        assert torch.allclose(state[i]["exp_avg"], ref_opt.state[m]["exp_avg"], rtol=1e-5, atol=1e-9)
-        assert torch.allclose(state[i]["exp_avg_sq"], ref_opt.state[m]["exp_avg_sq"], rtol=1e-5, atol=1e-12)
+        for key in ("exp_avg", "exp_avg_sq"):
+            ref = ref_opt.state[m][key]
+            diff = (state[i][key] - ref).abs().max().item()
+            assert diff <= 1e-5 * ref.abs().max().item(), f"param {i} {key}: max difference {diff}"
+
         # The fp16 params are the masters rounded once.
         assert torch.equal(list(model.parameters())[i], m.detach().half())
     opt.close()
