@@ -271,6 +271,7 @@ absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors) 
     auto* info = request.add_tensors();
     info->set_name(t.name);
     info->set_numel(t.numel);
+    info->set_group(t.group);
   }
   strata::v1::RegisterTensorsResponse response;
   {
@@ -343,6 +344,23 @@ absl::Status RankSession::InitParams() {
   strata::v1::InitParamsResponse response;
   return SessionCall(*state_, &strata::v1::Strata::Stub::InitParams, "InitParams", request, &response,
                      state_->connection->options.step_timeout);
+}
+
+absl::Status RankSession::BeginStep(uint64_t step, absl::Span<const GroupHyperparams> groups) {
+  strata::v1::BeginStepRequest request;
+  request.set_step(step);
+  for (const GroupHyperparams& g : groups) {
+    auto* out = request.add_groups();
+    out->set_lr(g.lr);
+    out->set_beta1(g.beta1);
+    out->set_beta2(g.beta2);
+    out->set_eps(g.eps);
+    out->set_weight_decay(g.weight_decay);
+    out->set_lr_decay(g.lr_decay);
+  }
+  strata::v1::BeginStepResponse response;
+  return SessionCall(*state_, &strata::v1::Strata::Stub::BeginStep, "BeginStep", request, &response,
+                     state_->connection->options.rpc_timeout);
 }
 
 absl::Status RankSession::GradReady(uint32_t index, uint64_t step) {

@@ -83,6 +83,13 @@ struct JobSummary {
 struct TensorDesc {
   std::string name;
   uint64_t numel = 0;
+  uint32_t group = 0;  // param group: BeginStep's index for this tensor
+};
+
+// One param group's hyperparameters for one step (BeginStep). Every value is
+// used as given: fill all that the job's optimizer kind reads.
+struct GroupHyperparams {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, lr_decay = 0;
 };
 
 // One shard this rank exchanges with the daemon. `ranges` say which tensor
@@ -157,6 +164,11 @@ class RankSession {
 
   // The trainer wrote its initial params into every shard's param slot.
   absl::Status InitParams();
+  // Sets step `step`'s hyperparameters per param group (groups[g] for group
+  // g), before the step's first GradReady. Optional: a step without it keeps
+  // the last ones set (the job's optimizer settings before any). Any rank may
+  // send it; every rank that does must send the same values.
+  absl::Status BeginStep(uint64_t step, absl::Span<const GroupHyperparams> groups);
   absl::Status GradReady(uint32_t index, uint64_t step);
   absl::StatusOr<StepResult> WaitStep(uint64_t step);
 

@@ -15,6 +15,8 @@ namespace strata {
 namespace {
 
 constexpr uint64_t kPage = 4096;
+// Param groups per job; torch models rarely have more than a handful.
+constexpr uint32_t kMaxGroups = 4096;
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
@@ -163,6 +165,7 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
                                    : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
     }
   }
+  ComputeGroupRunsLocked();
   if (settings_.mode == strata::v1::MODE_INFINITY) {
     uint64_t budget = settings_.pinned_budget_bytes;
     if (budget == 0) budget = total_param_bytes;  // everything may stay up
@@ -179,8 +182,138 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
   return absl::OkStatus();
 }
 
-absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors) {
+absl::Status Job::AdoptTensorsLocked(const JobRecord& record) {
+  if (record.groups.size() != record.tensors.size()) {
+    return absl::DataLossError(absl::StrCat("the record of job '", settings_.name, "' has ", record.groups.size(),
+                                            " group indices for ", record.tensors.size(), " tensors"));
+  }
+  uint32_t largest = 0;
+  for (uint32_t g : record.groups) {
+    if (g >= kMaxGroups) {
+      return absl::DataLossError(absl::StrCat("the record of job '", settings_.name, "' has group index ", g));
+    }
+    largest = std::max(largest, g);
+  }
+  tensors_ = record.tensors;
+  group_of_ = record.groups;
+  num_groups_ = largest + 1;
+  return absl::OkStatus();
+}
+
+void Job::ComputeGroupRunsLocked() {
+  for (RankState& rank : ranks_) {
+    for (ExchangeSlot& slot : rank.slots) {
+      std::vector<GroupRun>& runs = slot.group_runs;
+      runs.clear();
+      // Ranges are sorted by shard_offset; a gap (padding) joins the run before it.
+      for (const OwnedRange& r : slot.layout.ranges) {
+        const uint32_t group = group_of_.at(r.tensor.value());
+        if (!runs.empty() && runs.back().group == group) {
+          runs.back().end = r.shard_offset + r.numel;
+        } else if (runs.empty()) {
+          runs.push_back(GroupRun{0, r.shard_offset + r.numel, group});
+        } else {
+          runs.back().end = r.shard_offset;
+          runs.push_back(GroupRun{r.shard_offset, r.shard_offset + r.numel, group});
+        }
+      }
+      if (runs.empty()) runs.push_back(GroupRun{0, 0, 0});
+      runs.back().end = slot.layout.padded_numel;
+    }
+  }
+}
+
+std::vector<OptimizerHyperparams> Job::HyperparamsLocked() const {
+  std::vector<OptimizerHyperparams> out(num_groups_, settings_.optimizer);
+  for (size_t g = 0; g < group_hp_.size() && g < out.size(); ++g) {
+    const strata::v1::GroupHyperparams& in = group_hp_[g];
+    out[g].lr = in.lr();
+    out[g].beta1 = in.beta1();
+    out[g].beta2 = in.beta2();
+    out[g].eps = in.eps();
+    out[g].weight_decay = in.weight_decay();
+    out[g].lr_decay = in.lr_decay();
+  }
+  return out;
+}
+
+absl::Status Job::BeginStep(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups) {
   absl::MutexLock lock(&mu_);
+  if (!registered_) return absl::FailedPreconditionError("BeginStep before RegisterTensors");
+  if (step < next_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("BeginStep for step ", step, ", which was already applied; the job is at step ", next_step_));
+  }
+  if (group_hp_step_ == step) {
+    // Another rank's copy: it must say the same.
+    if (groups.size() != group_hp_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("BeginStep for step ", step, " sends ", groups.size(),
+                                                     " groups but the step was begun with ", group_hp_.size()));
+    }
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const strata::v1::GroupHyperparams& a = groups[g];
+      const strata::v1::GroupHyperparams& b = group_hp_[g];
+      const std::pair<const char*, std::pair<double, double>> fields[] = {
+          {"lr", {a.lr(), b.lr()}},
+          {"beta1", {a.beta1(), b.beta1()}},
+          {"beta2", {a.beta2(), b.beta2()}},
+          {"eps", {a.eps(), b.eps()}},
+          {"weight_decay", {a.weight_decay(), b.weight_decay()}},
+          {"lr_decay", {a.lr_decay(), b.lr_decay()}}};
+      for (const auto& [field, values] : fields) {
+        if (values.first != values.second) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "BeginStep for step ", step, " sets group ", g, " ", field, " = ", values.first,
+              " but the step was begun with ", values.second, " (every rank must send the same values)"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (step > next_step_) {
+    return absl::FailedPreconditionError(absl::StrCat("BeginStep for step ", step,
+                                                      " is too early; the job is at step ", next_step_));
+  }
+  if (step_has_grads_ || step_queued_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "BeginStep for step ", step, " came after the step's first GradReady; send it before any gradient"));
+  }
+  if (groups.size() < num_groups_) {
+    return absl::InvalidArgumentError(absl::StrCat("BeginStep gives ", groups.size(),
+                                                   " groups but the registered tensors use group indices up to ",
+                                                   num_groups_ - 1, " (", num_groups_, " groups needed)"));
+  }
+  if (groups.size() > kMaxGroups) {
+    return absl::InvalidArgumentError(absl::StrCat("BeginStep gives ", groups.size(), " groups; at most ",
+                                                   kMaxGroups, " are allowed"));
+  }
+  std::vector<strata::v1::GroupHyperparams> previous = std::move(group_hp_);
+  group_hp_ = groups;
+  const std::vector<OptimizerHyperparams> hp = HyperparamsLocked();
+  for (size_t g = 0; g < hp.size(); ++g) {
+    if (absl::Status v = ValidateOptimizerHyperparams(hp[g]); !v.ok()) {
+      group_hp_ = std::move(previous);
+      return absl::InvalidArgumentError(absl::StrCat("BeginStep group ", g, ": ", v.message()));
+    }
+  }
+  group_hp_step_ = step;
+  return absl::OkStatus();
+}
+
+absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors,
+                           const std::vector<uint32_t>& groups_in) {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint32_t> groups = groups_in.empty() ? std::vector<uint32_t>(tensors.size(), 0) : groups_in;
+  if (groups.size() != tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterTensors: ", groups.size(), " group indices for ",
+                                                   tensors.size(), " tensors"));
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i] >= kMaxGroups) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", i, " ('", tensors[i].name, "') has group ",
+                                                     groups[i], "; group indices must be below ", kMaxGroups));
+    }
+  }
   if (rank >= settings_.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is out of range for job '", settings_.name, "' of world size ",
@@ -189,9 +322,12 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
   if (tensors.empty()) return absl::InvalidArgumentError("RegisterTensors: no tensors given");
   if (!registered_) {
     tensors_ = tensors;
+    group_of_ = groups;
+    num_groups_ = 1 + *std::max_element(groups.begin(), groups.end());
     absl::Status s = BuildLayoutsLocked(tensors, /*adopt=*/false);
     if (!s.ok()) {
       tensors_.clear();
+      group_of_.clear();
       ranks_.clear();
       states_.reset();
       return s;
@@ -208,6 +344,11 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", rank, " registers tensor ", i, " as '", tensors[i].name, "' (", tensors[i].numel,
           " elements) but the job has '", tensors_[i].name, "' (", tensors_[i].numel, " elements)"));
+    }
+    if (groups[i] != group_of_[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " puts tensor ", i, " ('", tensors[i].name,
+                                                     "') in group ", groups[i], " but the job has it in group ",
+                                                     group_of_[i]));
     }
   }
   return absl::OkStatus();
@@ -314,6 +455,7 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     return absl::OkStatus();
   }
   r.grad_ready[index] = true;
+  step_has_grads_ = true;
   grads_missing_ = 0;
   for (const RankState& rs : ranks_) {
     for (bool ready : rs.grad_ready) grads_missing_ += ready ? 0 : 1;
@@ -385,12 +527,13 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   const int64_t optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
   std::vector<std::vector<ExchangeSlot>> slots;
   for (const RankState& r : ranks_) slots.push_back(r.slots);
+  const std::vector<OptimizerHyperparams> hp = HyperparamsLocked();
   ranks_[rank].applied[index] = true;
   mu_.Unlock();
   absl::Status status;
   {
     absl::MutexLock states_lock(&states_mu_);
-    status = ApplyShards({ShardId{rank, index}}, slots, optimizer_step, 1.0f);
+    status = ApplyShards({ShardId{rank, index}}, slots, optimizer_step, 1.0f, hp);
   }
   mu_.Lock();
   if (!status.ok()) {
@@ -402,27 +545,38 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
 
 absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
                               const std::vector<std::vector<ExchangeSlot>>& slots, int64_t optimizer_step,
-                              float grad_scale) {
+                              float grad_scale, const std::vector<OptimizerHyperparams>& hp) {
   const bool sixteen_bit = settings_.param_dtype != DType::kFp32;
   const size_t psize = DTypeSize(settings_.param_dtype);
   const size_t gsize = DTypeSize(settings_.grad_dtype);
   return states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
     const ExchangeSlot& slot = slots[id.rank][id.index];
-    StepSpans spans;
-    spans.size = tile.size;
-    spans.params = tile.master;
-    spans.exp_avg = tile.exp_avg;
-    spans.exp_avg_sq = tile.exp_avg_sq;
-    spans.max_exp_avg_sq = tile.max_exp_avg_sq;
-    spans.grad = GradSlot(id.rank, slot) + tile.offset * gsize;
-    spans.grad_dtype = settings_.grad_dtype;
-    std::byte* param_out = ParamSlot(id.rank, slot) + tile.offset * psize;
-    if (sixteen_bit) {
-      spans.param_out = param_out;
-      spans.param_out_dtype = settings_.param_dtype;
+    const uint64_t tile_end = tile.offset + tile.size;
+    // A tile (NVMe streams a shard in tiles) may span several groups' runs:
+    // each piece is stepped with its group's hyperparameters. The kernels
+    // are elementwise, so the cuts do not change a bit.
+    for (const GroupRun& run : slot.group_runs) {
+      const uint64_t lo = std::max(run.begin, tile.offset);
+      const uint64_t hi = std::min(run.end, tile_end);
+      if (lo >= hi) continue;
+      const uint64_t rel = lo - tile.offset;
+      auto at = [rel](float* p) { return p == nullptr ? nullptr : p + rel; };
+      StepSpans spans;
+      spans.size = hi - lo;
+      spans.params = tile.master + rel;
+      spans.exp_avg = at(tile.exp_avg);
+      spans.exp_avg_sq = at(tile.exp_avg_sq);
+      spans.max_exp_avg_sq = at(tile.max_exp_avg_sq);
+      spans.grad = GradSlot(id.rank, slot) + lo * gsize;
+      spans.grad_dtype = settings_.grad_dtype;
+      std::byte* param_out = ParamSlot(id.rank, slot) + lo * psize;
+      if (sixteen_bit) {
+        spans.param_out = param_out;
+        spans.param_out_dtype = settings_.param_dtype;
+      }
+      STRATA_RETURN_IF_ERROR(services_.optimizer->Step(hp.at(run.group), optimizer_step, spans, grad_scale));
+      if (!sixteen_bit) std::memcpy(param_out, spans.params, spans.size * sizeof(float));
     }
-    STRATA_RETURN_IF_ERROR(services_.optimizer->Step(settings_.optimizer, optimizer_step, spans, grad_scale));
-    if (!sixteen_bit) std::memcpy(param_out, tile.master, tile.size * sizeof(float));
     return absl::OkStatus();
   });
 }
@@ -435,6 +589,7 @@ void Job::RunStep() {
   uint64_t step;
   int64_t optimizer_step;
   std::vector<std::vector<ExchangeSlot>> slots;
+  std::vector<OptimizerHyperparams> hp;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, result] : inspections_) {
@@ -445,6 +600,7 @@ void Job::RunStep() {
     step = next_step_;
     optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
     for (const RankState& r : ranks_) slots.push_back(r.slots);
+    hp = HyperparamsLocked();
   }
   // Norms are of the scaled gradients; unscale before clipping, as DeepSpeed does.
   const double norm = std::sqrt(squared) / scale;
@@ -471,7 +627,7 @@ void Job::RunStep() {
     }
     absl::MutexLock states_lock(&states_mu_);
     if (param_cache_ != nullptr) param_cache_->BeginUpdate();
-    status = ApplyShards(ids, slots, optimizer_step, grad_scale);
+    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp);
     if (status.ok() && param_cache_ != nullptr) {
       for (const ShardId& id : all_ids) {
         status = param_cache_->StoreHome(id.rank, id.index);
@@ -528,6 +684,7 @@ void Job::RunStep() {
     grads_missing_ += r.grad_ready.size();
   }
   step_queued_ = false;
+  step_has_grads_ = false;
   next_step_ = step + 1;
   changed_.SignalAll();
 }
@@ -547,6 +704,8 @@ JobRecord Job::RecordLocked() const {
   record.next_step = next_step_;
   record.optimizer_steps = optimizer_steps_;
   record.loss_scaler = scaler_.state();
+  record.groups = group_of_;
+  record.group_hyperparams = group_hp_;
   return record;
 }
 
@@ -555,6 +714,8 @@ void Job::ApplyRecordLocked(const JobRecord& record) {
   next_step_ = record.next_step;
   optimizer_steps_ = record.optimizer_steps;
   scaler_ = LossScaler(settings_.loss_scale, record.loss_scaler);
+  group_hp_ = record.group_hyperparams;
+  group_hp_step_.reset();
 }
 
 absl::Status Job::WriteRecord(const std::string& record) {
@@ -570,7 +731,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(uint64_t id, const std::string
   STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(record.settings));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
   absl::MutexLock lock(&job->mu_);
-  job->tensors_ = record.tensors;
+  STRATA_RETURN_IF_ERROR(job->AdoptTensorsLocked(record));
   STRATA_RETURN_IF_ERROR(job->BuildLayoutsLocked(record.tensors, /*adopt=*/true));
   job->registered_ = true;
   job->ApplyRecordLocked(record);

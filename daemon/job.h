@@ -39,12 +39,22 @@ namespace strata {
 
 class ExtentStore;
 
+// A run of shard elements whose tensors belong to one param group. A slot's
+// runs cover [0, padded_numel) in order; padding belongs to the group before
+// it (the first group when the shard starts with padding).
+struct GroupRun {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint32_t group = 0;
+};
+
 // One shard a rank exchanges with the daemon, and where its slots are in the
 // rank's exchange region.
 struct ExchangeSlot {
   ShardLayout layout;  // index, padded size, owned tensor ranges
   uint64_t grad_offset = 0;
   uint64_t param_offset = 0;
+  std::vector<GroupRun> group_runs;
 };
 
 struct StepOutcome {
@@ -82,7 +92,10 @@ class Job {
   // Registers the model (the first call fixes the tensor list and builds every
   // rank's partition, exchange region and states; later calls must send the
   // same list: InvalidArgument naming the first difference).
-  absl::Status Register(uint32_t rank, const std::vector<TensorSpec>& tensors);
+  // `groups` holds each tensor's param group (empty: all in group 0); every
+  // rank must send the same groups.
+  absl::Status Register(uint32_t rank, const std::vector<TensorSpec>& tensors,
+                        const std::vector<uint32_t>& groups = {});
   bool registered() const;
   // REQUIRES: registered().
   std::vector<ExchangeSlot> SlotsOf(uint32_t rank) const;
@@ -96,6 +109,13 @@ class Job {
   // redoes its step). FailedPrecondition for a step already applied or not
   // yet reached, or before every rank called InitParams... (see .cc).
   absl::Status GradReady(uint32_t rank, uint32_t index, uint64_t step);
+  // Sets step `step`'s hyperparameters per param group (index = group); they
+  // stay in force for later steps until the next BeginStep. The first call
+  // for a step wins; a later one must be equal (InvalidArgument naming the
+  // group and field). FailedPrecondition after the step's first GradReady or
+  // for a step that is not the open one; InvalidArgument when `groups` does
+  // not cover every registered group or a value is out of range.
+  absl::Status BeginStep(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups);
   // Waits until step `step` is applied (or skipped), or `deadline`.
   absl::StatusOr<StepOutcome> WaitStep(uint64_t step, absl::Time deadline);
 
@@ -148,6 +168,12 @@ class Job {
   absl::Status BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobRecord RecordLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The hyperparameters in force, one per group.
+  std::vector<OptimizerHyperparams> HyperparamsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the tensors and their groups from a record (restart).
+  absl::Status AdoptTensorsLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills every slot's group_runs from group_of_.
+  void ComputeGroupRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks every rank initialized and restores the step counts and scaler.
   void ApplyRecordLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the record into the extent store (the caller commits).
@@ -157,8 +183,9 @@ class Job {
   void Inspect(uint32_t rank, uint32_t index);
   void RunStep();
   // REQUIRES: states_mu_ held.
+  // Each run of same-group elements is stepped with hp[group].
   absl::Status ApplyShards(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
-                           int64_t optimizer_step, float grad_scale);
+                           int64_t optimizer_step, float grad_scale, const std::vector<OptimizerHyperparams>& hp);
   std::byte* GradSlot(uint32_t rank, const ExchangeSlot& slot) const;
   std::byte* ParamSlot(uint32_t rank, const ExchangeSlot& slot) const;
 
@@ -175,6 +202,8 @@ class Job {
   mutable absl::Mutex states_mu_;
   std::unique_ptr<ParamCache> param_cache_;  // MODE_INFINITY only
   std::vector<TensorSpec> tensors_;         // fixed at the first Register
+  std::vector<uint32_t> group_of_;          // param group per tensor, fixed with tensors_
+  uint32_t num_groups_ = 1;                 // 1 + the largest group index
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
@@ -190,6 +219,12 @@ class Job {
   absl::Status worker_error_ ABSL_GUARDED_BY(mu_);
   LossScaler scaler_ ABSL_GUARDED_BY(mu_);
   uint64_t optimizer_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per-group hyperparameters in force (BeginStep's values without the
+  // job-wide fields); empty = the job's optimizer settings for every group.
+  std::vector<strata::v1::GroupHyperparams> group_hp_ ABSL_GUARDED_BY(mu_);
+  // The step group_hp_ was set for, when BeginStep set it.
+  std::optional<uint64_t> group_hp_step_ ABSL_GUARDED_BY(mu_);
+  bool step_has_grads_ ABSL_GUARDED_BY(mu_) = false;  // a GradReady came for next_step_
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

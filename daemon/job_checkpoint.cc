@@ -146,7 +146,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(uint64_t id, const std::strin
   if (!new_name.empty()) record.settings.set_name(new_name);
   STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(record.settings));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
-  STRATA_RETURN_IF_ERROR(job->Register(0, record.tensors));
+  STRATA_RETURN_IF_ERROR(job->Register(0, record.tensors, record.groups));
   absl::MutexLock lock(&job->mu_);
   const size_t psize = DTypeSize(job->settings_.param_dtype);
   for (uint32_t r = 0; r < job->ranks_.size(); ++r) {

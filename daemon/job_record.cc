@@ -13,7 +13,23 @@ std::string SerializeJobRecord(const JobRecord& record, const std::string& forma
   (void)google::protobuf::util::MessageToJsonString(record.settings, &settings_json);
   r["settings"] = nlohmann::json::parse(settings_json);
   r["tensors"] = nlohmann::json::array();
-  for (const TensorSpec& t : record.tensors) r["tensors"].push_back({{"name", t.name}, {"numel", t.numel}});
+  for (size_t i = 0; i < record.tensors.size(); ++i) {
+    const TensorSpec& t = record.tensors[i];
+    nlohmann::json entry = {{"name", t.name}, {"numel", t.numel}};
+    if (i < record.groups.size()) entry["group"] = record.groups[i];
+    r["tensors"].push_back(std::move(entry));
+  }
+  if (!record.group_hyperparams.empty()) {
+    r["group_hyperparams"] = nlohmann::json::array();
+    for (const strata::v1::GroupHyperparams& g : record.group_hyperparams) {
+      r["group_hyperparams"].push_back({{"lr", g.lr()},
+                                        {"beta1", g.beta1()},
+                                        {"beta2", g.beta2()},
+                                        {"eps", g.eps()},
+                                        {"weight_decay", g.weight_decay()},
+                                        {"lr_decay", g.lr_decay()}});
+    }
+  }
   r["next_step"] = record.next_step;
   r["optimizer_steps"] = record.optimizer_steps;
   const LossScalerState& ls = record.loss_scaler;
@@ -41,6 +57,20 @@ absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::str
     for (const auto& t : r.at("tensors")) {
       record.tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(record.tensors.size())),
                                           t.at("name").get<std::string>(), t.at("numel").get<uint64_t>()});
+      // Records written before param groups existed have no "group".
+      record.groups.push_back(t.value("group", 0u));
+    }
+    if (r.contains("group_hyperparams")) {
+      for (const auto& g : r.at("group_hyperparams")) {
+        strata::v1::GroupHyperparams hp;
+        hp.set_lr(g.at("lr").get<double>());
+        hp.set_beta1(g.at("beta1").get<double>());
+        hp.set_beta2(g.at("beta2").get<double>());
+        hp.set_eps(g.at("eps").get<double>());
+        hp.set_weight_decay(g.at("weight_decay").get<double>());
+        hp.set_lr_decay(g.at("lr_decay").get<double>());
+        record.group_hyperparams.push_back(hp);
+      }
     }
     record.next_step = r.at("next_step").get<uint64_t>();
     record.optimizer_steps = r.at("optimizer_steps").get<uint64_t>();

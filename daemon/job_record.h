@@ -21,6 +21,9 @@ struct JobRecord {
   uint64_t next_step = 0;
   uint64_t optimizer_steps = 0;
   LossScalerState loss_scaler;
+  std::vector<uint32_t> groups;  // param group per tensor (empty: all 0)
+  // The per-group hyperparameters last set by BeginStep (empty: the job's).
+  std::vector<strata::v1::GroupHyperparams> group_hyperparams;
 };
 
 // A JSON object; `format`, when not empty, is stored under "format".

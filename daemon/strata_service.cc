@@ -99,6 +99,7 @@ grpc::Status StrataService::RegisterTensors(grpc::ServerContext*, const strata::
   auto session = ctx_.registry->Touch(request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
   std::vector<TensorSpec> tensors;
+  std::vector<uint32_t> groups;
   for (int i = 0; i < request->tensors_size(); ++i) {
     const auto& t = request->tensors(i);
     if (t.numel() == 0) {
@@ -106,9 +107,10 @@ grpc::Status StrataService::RegisterTensors(grpc::ServerContext*, const strata::
           absl::StrCat("tensor ", i, " ('", t.name(), "') has 0 elements")));
     }
     tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(i)), t.name(), t.numel()});
+    groups.push_back(t.group());
   }
   Job& job = *session->job;
-  if (absl::Status s = job.Register(session->rank, tensors); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = job.Register(session->rank, tensors, groups); !s.ok()) return ToGrpcStatus(s);
   for (const ExchangeSlot& slot : job.SlotsOf(session->rank)) {
     auto* out = response->add_shards();
     out->set_index(slot.layout.index);
@@ -155,6 +157,14 @@ grpc::Status StrataService::WaitStep(grpc::ServerContext* context, const strata:
   response->set_grad_norm(outcome->grad_norm);
   response->set_optimizer_steps(outcome->optimizer_steps);
   return grpc::Status::OK;
+}
+
+grpc::Status StrataService::BeginStep(grpc::ServerContext*, const strata::v1::BeginStepRequest* request,
+                                      strata::v1::BeginStepResponse*) {
+  auto session = ctx_.registry->Touch(request->session_id());
+  if (!session.ok()) return ToGrpcStatus(session.status());
+  std::vector<strata::v1::GroupHyperparams> groups(request->groups().begin(), request->groups().end());
+  return ToGrpcStatus(session->job->BeginStep(request->step(), groups));
 }
 
 grpc::Status StrataService::Acquire(grpc::ServerContext* context, const strata::v1::AcquireRequest* request,

@@ -53,6 +53,8 @@ class StrataService final : public strata::v1::Strata::Service {
                          strata::v1::GradReadyResponse*) override;
   grpc::Status WaitStep(grpc::ServerContext*, const strata::v1::WaitStepRequest*,
                         strata::v1::WaitStepResponse*) override;
+  grpc::Status BeginStep(grpc::ServerContext*, const strata::v1::BeginStepRequest*,
+                         strata::v1::BeginStepResponse*) override;
   grpc::Status Acquire(grpc::ServerContext*, const strata::v1::AcquireRequest*,
                        strata::v1::AcquireResponse*) override;
   grpc::Status Release(grpc::ServerContext*, const strata::v1::ReleaseRequest*,
