@@ -51,7 +51,10 @@ class Block(nn.Module):
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
+        # No bias: a key bias has an exactly zero gradient (softmax ignores a score shift shared by
+        # all keys), so Adam would amplify its pure rounding noise into lr-sized steps and two
+        # correct implementations could not be compared on it.
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim)
         self.ln2 = nn.LayerNorm(dim)
         self.fc = nn.Linear(dim, 4 * dim)

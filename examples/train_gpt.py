@@ -32,15 +32,18 @@ DEFAULTS = dict(steps=30, dim=64, layers=2, heads=4, context=32, batch_size=8, a
 
 
 def schedule(cfg):
-    """Warmup then cosine, as a torch LambdaLR factor."""
-    warmup, total = cfg["warmup"], cfg["steps"]
+    """DeepSpeed's WarmupCosineLR (linear warmup from 0.1x, cosine down to 0.1x) as a torch
+    LambdaLR factor: DeepSpeed's lr of step k is its ratio at iteration k-1 (0 before the first)."""
+    warmup, total, low = cfg["warmup"], cfg["steps"], 0.1
 
-    def factor(step):
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-    return factor
+    def ratio(i):
+        if i < 0:
+            return 0.0
+        if i < warmup:
+            return low + (1.0 - low) * i / warmup
+        progress = min(1.0, (i - warmup + 1) / max(1, total - warmup))
+        return max(0.0, low + (1.0 - low) * (1 + math.cos(math.pi * progress)) / 2)
+    return lambda step: ratio(step - 1)
 
 
 def ds_config(cfg):
@@ -53,7 +56,8 @@ def ds_config(cfg):
                                                    "weight_decay": cfg["weight_decay"]}},
         "scheduler": {"type": "WarmupCosineLR",
                       "params": {"total_num_steps": cfg["steps"], "warmup_num_steps": cfg["warmup"],
-                                 "warmup_type": "linear", "cos_min_ratio": 0.1}},
+                                 "warmup_type": "linear", "warmup_min_ratio": 0.1,
+                                 "cos_min_ratio": 0.1}},
     }
 
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -146,10 +147,10 @@ PYBIND11_MODULE(_native, m) {
                              [](PySession& s) { return std::string(DTypeName(s.get().grad_dtype())); })
       .def(
           "register_tensors",
-          [](PySession& s, const std::vector<std::pair<std::string, uint64_t>>& tensors) {
+          [](PySession& s, const std::vector<std::tuple<std::string, uint64_t, uint32_t>>& tensors) {
             std::vector<TensorDesc> descs;
             descs.reserve(tensors.size());
-            for (const auto& [name, numel] : tensors) descs.push_back(TensorDesc{name, numel});
+            for (const auto& [name, numel, group] : tensors) descs.push_back(TensorDesc{name, numel, group});
             RankSession& session = s.get();
             absl::Status status;
             {
@@ -158,7 +159,7 @@ PYBIND11_MODULE(_native, m) {
             }
             Check(status);
           },
-          py::arg("tensors"), "Registers [(name, numel), ...] (the same list on every rank) and maps the region.")
+          py::arg("tensors"), "Registers [(name, numel, group), ...] (the same list on every rank) and maps the region.")
       .def(
           "shards",
           [](PySession& s) {
@@ -194,6 +195,32 @@ PYBIND11_MODULE(_native, m) {
             }
             Check(status);
           })
+      .def(
+          "begin_step",
+          [](PySession& s, uint64_t step, const std::vector<py::dict>& groups) {
+            std::vector<GroupHyperparams> hyper;
+            hyper.reserve(groups.size());
+            for (const py::dict& g : groups) {
+              GroupHyperparams h;
+              h.lr = g["lr"].cast<double>();
+              h.beta1 = g["beta1"].cast<double>();
+              h.beta2 = g["beta2"].cast<double>();
+              h.eps = g["eps"].cast<double>();
+              h.weight_decay = g["weight_decay"].cast<double>();
+              h.lr_decay = g["lr_decay"].cast<double>();
+              hyper.push_back(h);
+            }
+            RankSession& session = s.get();
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = session.BeginStep(step, hyper);
+            }
+            Check(status);
+          },
+          py::arg("step"), py::arg("groups"),
+          "Step `step`'s hyperparameters per param group: dicts of lr, beta1, beta2, eps, weight_decay, "
+          "lr_decay.")
       .def(
           "grad_ready",
           [](PySession& s, uint32_t index, uint64_t step) {

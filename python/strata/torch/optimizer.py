@@ -174,7 +174,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
     def _attach(self, init_params):
         """Attaches this rank, registers the params and maps its shards."""
         self._session = self._client.attach(self._job, self._comm.rank)
-        names = [(f"p{i}.g{self._group_of[i]}.{'x'.join(str(s) for s in p.shape) or 'scalar'}", p.numel())
+        names = [(f"p{i}.{'x'.join(str(s) for s in p.shape) or 'scalar'}", p.numel(), self._group_of[i])
                  for i, p in enumerate(self._params)]
         self._session.register_tensors(names)
         if self._session.stage not in (1, 2):
