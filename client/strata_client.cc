@@ -108,6 +108,8 @@ absl::StatusOr<uint64_t> StrataClient::CreateJob(const JobSpec& spec) {
   request.set_pinned_budget_bytes(spec.pinned_budget_bytes);
   request.set_device_budget_bytes(spec.device_budget_bytes);
   request.set_attach_if_exists(spec.attach_if_exists);
+  request.mutable_local_ranks()->Add(spec.local_ranks.begin(), spec.local_ranks.end());
+  request.set_external_step_agreement(spec.external_step_agreement);
   grpc::ClientContext context;
   connection_->SetDeadline(&context, connection_->options.rpc_timeout);
   strata::v1::CreateJobResponse response;
@@ -369,6 +371,26 @@ absl::Status RankSession::GradReady(uint32_t index, uint64_t step) {
   request.set_step(step);
   strata::v1::GradReadyResponse response;
   return SessionCall(*state_, &strata::v1::Strata::Stub::GradReady, "GradReady", request, &response,
+                     state_->connection->options.rpc_timeout);
+}
+
+absl::StatusOr<LocalStepStats> RankSession::PrepareStep(uint64_t step) {
+  strata::v1::PrepareStepRequest request;
+  request.set_step(step);
+  strata::v1::PrepareStepResponse response;
+  absl::Status s = SessionCall(*state_, &strata::v1::Strata::Stub::PrepareStep, "PrepareStep", request, &response,
+                               state_->connection->options.step_timeout);
+  if (!s.ok()) return s;
+  return LocalStepStats{response.overflow(), response.squared_norm()};
+}
+
+absl::Status RankSession::CommitStep(uint64_t step, bool overflow, double squared_norm) {
+  strata::v1::CommitStepRequest request;
+  request.set_step(step);
+  request.set_overflow(overflow);
+  request.set_squared_norm(squared_norm);
+  strata::v1::CommitStepResponse response;
+  return SessionCall(*state_, &strata::v1::Strata::Stub::CommitStep, "CommitStep", request, &response,
                      state_->connection->options.rpc_timeout);
 }
 

@@ -69,6 +69,17 @@ struct JobSpec {
   uint64_t pinned_budget_bytes = 0;  // 0 = daemon default
   uint64_t device_budget_bytes = 0;
   bool attach_if_exists = false;
+  // One daemon per node: the ranks this daemon serves (empty = all).
+  std::vector<uint32_t> local_ranks;
+  // Steps are decided by PrepareStep/CommitStep across daemons.
+  bool external_step_agreement = false;
+};
+
+// A daemon's share of a step (PrepareStep), to all-reduce across daemons:
+// overflow with MAX/OR, squared_norm with SUM.
+struct LocalStepStats {
+  bool overflow = false;
+  double squared_norm = 0;  // of the loss-scaled gradients of this daemon's ranks
 };
 
 struct JobSummary {
@@ -170,6 +181,14 @@ class RankSession {
   // send it; every rank that does must send the same values.
   absl::Status BeginStep(uint64_t step, absl::Span<const GroupHyperparams> groups);
   absl::Status GradReady(uint32_t index, uint64_t step);
+  // Jobs with external_step_agreement: after the step's GradReady calls,
+  // PrepareStep waits for every local rank's gradients and returns this
+  // daemon's share; CommitStep hands back the all-reduced values, after which
+  // WaitStep works as usual. The shares added in node order give the bits
+  // one daemon holding every rank computes when there are 2^k nodes each
+  // holding a contiguous, equal run of ranks (docs/DAEMON.md).
+  absl::StatusOr<LocalStepStats> PrepareStep(uint64_t step);
+  absl::Status CommitStep(uint64_t step, bool overflow, double squared_norm);
   absl::StatusOr<StepResult> WaitStep(uint64_t step);
 
   absl::Status Acquire(absl::Span<const uint32_t> indices);

@@ -138,6 +138,11 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
   uint64_t largest_param_slot = 0, total_param_bytes = 0;
   for (uint32_t r = 0; r < settings_.world_size; ++r) {
     RankState& rank = ranks_[r];
+    if (!settings_.IsLocal(r)) {
+      // Served by another daemon: no slots, no states, nothing to wait for.
+      rank.initialized = true;
+      continue;
+    }
     std::vector<ShardLayout> shards =
         settings_.stage == 3 ? layouts[r].shards
                              : SplitSubGroups(layouts[r].shards.at(0), settings_.sub_group_size, align);
@@ -303,6 +308,10 @@ absl::Status Job::BeginStep(uint64_t step, const std::vector<strata::v1::GroupHy
 absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors,
                            const std::vector<uint32_t>& groups_in) {
   absl::MutexLock lock(&mu_);
+  if (rank < settings_.world_size && !settings_.IsLocal(rank)) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of job '", settings_.name,
+                                                   "' is served by another daemon"));
+  }
   std::vector<uint32_t> groups = groups_in.empty() ? std::vector<uint32_t>(tensors.size(), 0) : groups_in;
   if (groups.size() != tensors.size()) {
     return absl::InvalidArgumentError(absl::StrCat("RegisterTensors: ", groups.size(), " group indices for ",
@@ -463,9 +472,115 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
   // Sending a gradient again replaces it: inspect the new contents.
   queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
   if (grads_missing_ == 0) {
-    step_queued_ = true;
-    queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
+    if (settings_.external_step_agreement) {
+      // The step waits for CommitStep; PrepareStep gets this daemon's share.
+      queue_.push_back(WorkItem{WorkItem::kPrepare, 0, 0});
+    } else {
+      step_queued_ = true;
+      queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
+    }
   }
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Pairwise, so that daemons holding contiguous halves of the ranks, whose
+// shares the trainers add, get the same bits as one daemon holding all.
+double PairwiseSum(const double* v, size_t n) {
+  if (n == 0) return 0;
+  if (n == 1) return v[0];
+  const size_t half = (n + 1) / 2;
+  return PairwiseSum(v, half) + PairwiseSum(v + half, n - half);
+}
+
+}  // namespace
+
+StepStats Job::LocalStatsLocked() const {
+  StepStats stats;
+  std::vector<double> per_rank;
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    if (ranks_[r].slots.empty()) continue;
+    double sum = 0;
+    for (uint32_t i = 0; i < ranks_[r].slots.size(); ++i) {
+      auto it = inspections_.find({r, i});
+      if (it == inspections_.end()) continue;
+      stats.overflow = stats.overflow || it->second.first;
+      sum += it->second.second;
+    }
+    per_rank.push_back(sum);
+  }
+  stats.squared_norm = PairwiseSum(per_rank.data(), per_rank.size());
+  return stats;
+}
+
+absl::StatusOr<StepStats> Job::PrepareStep(uint64_t step, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  if (!settings_.external_step_agreement) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "PrepareStep: job '", settings_.name, "' was not created with external_step_agreement"));
+  }
+  if (step > next_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("PrepareStep for step ", step, " is too early; the job is at step ", next_step_));
+  }
+  while (true) {
+    auto it = prepared_.find(step);
+    if (it != prepared_.end()) return it->second;
+    if (!worker_error_.ok()) return worker_error_;
+    if (step < next_step_) {
+      return absl::NotFoundError(absl::StrCat("the local stats of step ", step, " are no longer kept"));
+    }
+    if (stopping_) return absl::UnavailableError("the daemon is stopping");
+    if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("PrepareStep ", step, " of job '", settings_.name,
+                                                      "': ", grads_missing_, " local gradients are still missing"));
+    }
+  }
+}
+
+absl::Status Job::CommitStep(uint64_t step, const StepStats& global) {
+  absl::MutexLock lock(&mu_);
+  if (!settings_.external_step_agreement) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CommitStep: job '", settings_.name, "' was not created with external_step_agreement"));
+  }
+  if (auto it = committed_.find(step); it != committed_.end()) {
+    if (it->second == global) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CommitStep for step ", step, " says overflow=", global.overflow, " squared_norm=", global.squared_norm,
+        " but the step was committed with overflow=", it->second.overflow,
+        " squared_norm=", it->second.squared_norm, " (every rank must commit the all-reduced values)"));
+  }
+  if (step != next_step_) {
+    return absl::FailedPreconditionError(absl::StrCat("CommitStep for step ", step, "; the job is at step ",
+                                                      next_step_));
+  }
+  auto it = prepared_.find(step);
+  if (it == prepared_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CommitStep for step ", step, " before every local rank's gradients are in (call PrepareStep first)"));
+  }
+  const StepStats& local = it->second;
+  if (std::isnan(global.squared_norm) ? !global.overflow : global.squared_norm < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CommitStep: squared_norm ", global.squared_norm,
+                                                   " is not a sum of squares"));
+  }
+  if (local.overflow && !global.overflow) {
+    return absl::InvalidArgumentError(
+        "CommitStep: this daemon's gradients overflowed but the committed overflow flag is false "
+        "(all-reduce the flags with MAX/OR)");
+  }
+  if (!global.overflow && global.squared_norm < local.squared_norm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CommitStep: the global squared_norm ", global.squared_norm, " is below this daemon's own ",
+        local.squared_norm, " (all-reduce PrepareStep's squared_norm with SUM)"));
+  }
+  committed_[step] = global;
+  committed_.erase(step >= 64 ? step - 64 : UINT64_MAX);
+  step_queued_ = true;
+  queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
   changed_.SignalAll();
   return absl::OkStatus();
 }
@@ -502,6 +617,14 @@ void Job::WorkerLoop() {
     }
     if (item.kind == WorkItem::kInspect) Inspect(item.rank, item.index);
     if (item.kind == WorkItem::kRunStep) RunStep();
+    if (item.kind == WorkItem::kPrepare) {
+      absl::MutexLock lock(&mu_);
+      if (grads_missing_ == 0 && !step_queued_) {
+        prepared_[next_step_] = LocalStatsLocked();
+        prepared_.erase(next_step_ >= 64 ? next_step_ - 64 : UINT64_MAX);
+        changed_.SignalAll();
+      }
+    }
   }
 }
 
@@ -592,10 +715,10 @@ void Job::RunStep() {
   std::vector<OptimizerHyperparams> hp;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [key, result] : inspections_) {
-      overflow = overflow || result.first;
-      squared += result.second;
-    }
+    StepStats stats = LocalStatsLocked();
+    if (settings_.external_step_agreement) stats = committed_.at(next_step_);
+    overflow = stats.overflow;
+    squared = stats.squared_norm;
     scale = scaler_.scale();
     step = next_step_;
     optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;

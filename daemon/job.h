@@ -57,6 +57,14 @@ struct ExchangeSlot {
   std::vector<GroupRun> group_runs;
 };
 
+// A daemon's share of a step's gradient checks (PrepareStep), or the values
+// agreed across daemons (CommitStep).
+struct StepStats {
+  bool overflow = false;
+  double squared_norm = 0;  // of the loss-scaled gradients
+  bool operator==(const StepStats&) const = default;
+};
+
 struct StepOutcome {
   bool skipped = false;
   double next_loss_scale = 1.0;
@@ -116,6 +124,13 @@ class Job {
   // for a step that is not the open one; InvalidArgument when `groups` does
   // not cover every registered group or a value is out of range.
   absl::Status BeginStep(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups);
+  // external_step_agreement only: waits (until `deadline`) for every local
+  // rank's gradients of `step`, and returns this daemon's overflow flag and
+  // squared norm (ranks summed pairwise in rank order, shards in order).
+  absl::StatusOr<StepStats> PrepareStep(uint64_t step, absl::Time deadline);
+  // The values agreed across daemons decide the step. The first commit wins;
+  // a different later one is InvalidArgument.
+  absl::Status CommitStep(uint64_t step, const StepStats& global);
   // Waits until step `step` is applied (or skipped), or `deadline`.
   absl::StatusOr<StepOutcome> WaitStep(uint64_t step, absl::Time deadline);
 
@@ -159,7 +174,7 @@ class Job {
     std::vector<bool> applied;  // stepped early, this step (see early_apply_)
   };
   struct WorkItem {
-    enum Kind { kInspect, kRunStep, kStop } kind;
+    enum Kind { kInspect, kRunStep, kPrepare, kStop } kind;
     uint32_t rank = 0;
     uint32_t index = 0;
   };
@@ -182,6 +197,8 @@ class Job {
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
   void RunStep();
+  // Sums the inspections of the local ranks (see PrepareStep).
+  StepStats LocalStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // REQUIRES: states_mu_ held.
   // Each run of same-group elements is stepped with hp[group].
   absl::Status ApplyShards(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
@@ -225,6 +242,10 @@ class Job {
   // The step group_hp_ was set for, when BeginStep set it.
   std::optional<uint64_t> group_hp_step_ ABSL_GUARDED_BY(mu_);
   bool step_has_grads_ ABSL_GUARDED_BY(mu_) = false;  // a GradReady came for next_step_
+  // external_step_agreement: this daemon's stats and the committed global
+  // ones, per step (a bounded history, as outcomes_).
+  absl::flat_hash_map<uint64_t, StepStats> prepared_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, StepStats> committed_ ABSL_GUARDED_BY(mu_);
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -146,7 +146,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(uint64_t id, const std::strin
   if (!new_name.empty()) record.settings.set_name(new_name);
   STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(record.settings));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
-  STRATA_RETURN_IF_ERROR(job->Register(0, record.tensors, record.groups));
+  // Register as a rank this daemon serves (all of them are, unless local_ranks says otherwise).
+  const uint32_t first_local = job->settings_.local_ranks.empty() ? 0 : job->settings_.local_ranks.front();
+  STRATA_RETURN_IF_ERROR(job->Register(first_local, record.tensors, record.groups));
   absl::MutexLock lock(&job->mu_);
   const size_t psize = DTypeSize(job->settings_.param_dtype);
   for (uint32_t r = 0; r < job->ranks_.size(); ++r) {

@@ -147,6 +147,10 @@ absl::StatusOr<AttachResult> JobRegistry::Attach(const std::string& job_name, ui
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is out of range for job '", job_name,
                                                    "' of world size ", job->settings().world_size));
   }
+  if (!job->settings().IsLocal(rank)) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of job '", job_name,
+                                                   "' is served by another daemon (not in this one's local_ranks)"));
+  }
   AttachResult result;
   result.job = job;
   // A new session of a rank replaces the old one: the usual reason is that

@@ -1,5 +1,7 @@
 #include "daemon/job_settings.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -81,7 +83,23 @@ absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobReques
   s.sub_group_size = ds->zero.sub_group_size;
   s.pinned_budget_bytes = r.pinned_budget_bytes();
   s.device_budget_bytes = r.device_budget_bytes();
+  s.local_ranks.assign(r.local_ranks().begin(), r.local_ranks().end());
+  std::sort(s.local_ranks.begin(), s.local_ranks.end());
+  for (size_t i = 0; i < s.local_ranks.size(); ++i) {
+    if (s.local_ranks[i] >= s.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("local_ranks: rank ", s.local_ranks[i],
+                                                     " is out of range for world size ", s.world_size));
+    }
+    if (i > 0 && s.local_ranks[i] == s.local_ranks[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat("local_ranks: rank ", s.local_ranks[i], " is listed twice"));
+    }
+  }
+  s.external_step_agreement = r.external_step_agreement();
   return s;
+}
+
+bool JobSettings::IsLocal(uint32_t rank) const {
+  return local_ranks.empty() || std::binary_search(local_ranks.begin(), local_ranks.end(), rank);
 }
 
 strata::v1::CreateJobRequest JobSettingsToRequest(const JobSettings& s) {
@@ -104,6 +122,8 @@ strata::v1::CreateJobRequest JobSettingsToRequest(const JobSettings& s) {
   r.set_grad_dtype(std::string(DTypeName(s.grad_dtype)));
   r.set_pinned_budget_bytes(s.pinned_budget_bytes);
   r.set_device_budget_bytes(s.device_budget_bytes);
+  r.mutable_local_ranks()->Add(s.local_ranks.begin(), s.local_ranks.end());
+  r.set_external_step_agreement(s.external_step_agreement);
   return r;
 }
 

@@ -29,13 +29,19 @@ struct JobSettings {
   uint64_t pinned_budget_bytes = 0;
   uint64_t device_budget_bytes = 0;
   std::string deepspeed_config_json;
+  // The ranks this daemon serves (sorted, unique); empty = all of them.
+  std::vector<uint32_t> local_ranks;
+  // Steps are decided by PrepareStep/CommitStep (several daemons, one job).
+  bool external_step_agreement = false;
+  bool IsLocal(uint32_t rank) const;
   std::vector<std::string> warnings;  // unknown DeepSpeed keys
 };
 
 // InvalidArgument naming the field for: empty or over-long name, world_size
 // outside 1..4096, an unknown mode or dtype, a DeepSpeed config that does not
 // parse, offload mode with stage 0 or 3 with param offload, infinity mode
-// without stage 3, bad optimizer hyperparameters.
+// without stage 3, bad optimizer hyperparameters, local_ranks out of range or
+// repeated.
 absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobRequest& request);
 
 // The proto form, for checkpoints.

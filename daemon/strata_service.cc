@@ -167,6 +167,25 @@ grpc::Status StrataService::BeginStep(grpc::ServerContext*, const strata::v1::Be
   return ToGrpcStatus(session->job->BeginStep(request->step(), groups));
 }
 
+grpc::Status StrataService::PrepareStep(grpc::ServerContext* context, const strata::v1::PrepareStepRequest* request,
+                                        strata::v1::PrepareStepResponse* response) {
+  auto session = ctx_.registry->Touch(request->session_id());
+  if (!session.ok()) return ToGrpcStatus(session.status());
+  auto stats = session->job->PrepareStep(request->step(), CallDeadline(context, absl::Minutes(10)));
+  if (!stats.ok()) return ToGrpcStatus(stats.status());
+  response->set_overflow(stats->overflow);
+  response->set_squared_norm(stats->squared_norm);
+  return grpc::Status::OK;
+}
+
+grpc::Status StrataService::CommitStep(grpc::ServerContext*, const strata::v1::CommitStepRequest* request,
+                                       strata::v1::CommitStepResponse*) {
+  auto session = ctx_.registry->Touch(request->session_id());
+  if (!session.ok()) return ToGrpcStatus(session.status());
+  return ToGrpcStatus(
+      session->job->CommitStep(request->step(), StepStats{request->overflow(), request->squared_norm()}));
+}
+
 grpc::Status StrataService::Acquire(grpc::ServerContext* context, const strata::v1::AcquireRequest* request,
                                     strata::v1::AcquireResponse*) {
   auto session = ctx_.registry->Touch(request->session_id());

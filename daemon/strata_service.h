@@ -55,6 +55,10 @@ class StrataService final : public strata::v1::Strata::Service {
                         strata::v1::WaitStepResponse*) override;
   grpc::Status BeginStep(grpc::ServerContext*, const strata::v1::BeginStepRequest*,
                          strata::v1::BeginStepResponse*) override;
+  grpc::Status PrepareStep(grpc::ServerContext*, const strata::v1::PrepareStepRequest*,
+                           strata::v1::PrepareStepResponse*) override;
+  grpc::Status CommitStep(grpc::ServerContext*, const strata::v1::CommitStepRequest*,
+                          strata::v1::CommitStepResponse*) override;
   grpc::Status Acquire(grpc::ServerContext*, const strata::v1::AcquireRequest*,
                        strata::v1::AcquireResponse*) override;
   grpc::Status Release(grpc::ServerContext*, const strata::v1::ReleaseRequest*,
