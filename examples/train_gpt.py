@@ -63,6 +63,9 @@ def ds_config(cfg):
 
 def run_rank(rank, world, mode, cfg, socket, store, out):
     torch.set_num_threads(1)
+    if isinstance(socket, (list, tuple)):
+        # One daemon per "node": rank r is on node r // (world / nodes).
+        socket = socket[rank * len(socket) // world]
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         result = _train(rank, world, mode, cfg, socket)
@@ -125,6 +128,7 @@ def _train(rank, world, mode, cfg, socket):
 
 
 def run_mode(mode, cfg, socket, world, workdir):
+    os.makedirs(workdir, exist_ok=True)
     store = os.path.join(workdir, f"store-{mode}")
     mp.spawn(run_rank, args=(world, mode, cfg, socket, store, workdir), nprocs=world, join=True)
     return [torch.load(os.path.join(workdir, f"{mode}-{r}.pt")) for r in range(world)]
@@ -132,7 +136,9 @@ def run_mode(mode, cfg, socket, world, workdir):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--socket", default=None, help="stratad's socket (else $STRATA_SOCKET, else the default)")
+    parser.add_argument("--socket", default=None,
+                        help="stratad's socket (else $STRATA_SOCKET, else the default); comma-separated sockets "
+                             "put the ranks on that many daemons (\"nodes\"), in contiguous runs")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=DEFAULTS["steps"])
     parser.add_argument("--modes", default="torch,offload,offload-ddp,deepspeed")
@@ -142,7 +148,8 @@ def main():
     results = {}
     with tempfile.TemporaryDirectory(prefix="strata-gpt-") as workdir:
         for mode in modes:
-            results[mode] = run_mode(mode, cfg, args.socket, args.ranks, workdir)
+            sockets = args.socket.split(",") if args.socket and "," in args.socket else args.socket
+            results[mode] = run_mode(mode, cfg, sockets, args.ranks, workdir)
     n_params = sum(p.numel() for p in results[modes[0]][0]["params"].values())
     print(f"tiny GPT: {cfg['layers']} layers, dim {cfg['dim']}, {n_params} params; {args.ranks} ranks (gloo), "
           f"{cfg['steps']} steps, accumulation {cfg['accumulation']}, clipping {cfg['max_norm']}, "

@@ -90,8 +90,11 @@ py::dict Summary(const JobSummary& j) {
 JobSpec SpecFromArgs(const std::string& name, uint32_t world_size, const std::string& mode,
                      const std::string& deepspeed_config_json, const std::string& param_dtype,
                      const std::string& grad_dtype, uint64_t pinned_budget_bytes,
-                     uint64_t device_budget_bytes, bool attach_if_exists, const py::object& optimizer) {
+                     uint64_t device_budget_bytes, bool attach_if_exists, const py::object& optimizer,
+                     const std::vector<uint32_t>& local_ranks, bool external_step_agreement) {
   JobSpec spec;
+  spec.local_ranks = local_ranks;
+  spec.external_step_agreement = external_step_agreement;
   spec.name = name;
   spec.world_size = world_size;
   if (mode == "offload") {
@@ -252,6 +255,31 @@ PYBIND11_MODULE(_native, m) {
           },
           py::arg("step"))
       .def(
+          "prepare_step",
+          [](PySession& s, uint64_t step) {
+            RankSession& session = s.get();
+            absl::StatusOr<LocalStepStats> stats;
+            {
+              py::gil_scoped_release release;
+              stats = session.PrepareStep(step);
+            }
+            LocalStepStats st = Take(std::move(stats));
+            return py::make_tuple(st.overflow, st.squared_norm);
+          },
+          py::arg("step"), "(overflow, squared_norm) of this daemon's ranks for `step`, once all are in.")
+      .def(
+          "commit_step",
+          [](PySession& s, uint64_t step, bool overflow, double squared_norm) {
+            RankSession& session = s.get();
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = session.CommitStep(step, overflow, squared_norm);
+            }
+            Check(status);
+          },
+          py::arg("step"), py::arg("overflow"), py::arg("squared_norm"))
+      .def(
           "acquire",
           [](PySession& s, const std::vector<uint32_t>& indices) {
             RankSession& session = s.get();
@@ -308,9 +336,11 @@ PYBIND11_MODULE(_native, m) {
           [](StrataClient& c, const std::string& name, uint32_t world_size, const std::string& mode,
              const std::string& deepspeed_config_json, const std::string& param_dtype,
              const std::string& grad_dtype, uint64_t pinned_budget_bytes, uint64_t device_budget_bytes,
-             bool attach_if_exists, const py::object& optimizer) {
+             bool attach_if_exists, const py::object& optimizer, const std::vector<uint32_t>& local_ranks,
+             bool external_step_agreement) {
             JobSpec spec = SpecFromArgs(name, world_size, mode, deepspeed_config_json, param_dtype, grad_dtype,
-                                        pinned_budget_bytes, device_budget_bytes, attach_if_exists, optimizer);
+                                        pinned_budget_bytes, device_budget_bytes, attach_if_exists, optimizer,
+                                        local_ranks, external_step_agreement);
             absl::StatusOr<uint64_t> id;
             {
               py::gil_scoped_release release;
@@ -321,7 +351,10 @@ PYBIND11_MODULE(_native, m) {
           py::arg("name"), py::arg("world_size"), py::arg("mode") = "offload",
           py::arg("deepspeed_config_json") = "{}", py::arg("param_dtype") = "fp32",
           py::arg("grad_dtype") = "fp32", py::arg("pinned_budget_bytes") = 0, py::arg("device_budget_bytes") = 0,
-          py::arg("attach_if_exists") = false, py::arg("optimizer") = py::none())
+          py::arg("attach_if_exists") = false, py::arg("optimizer") = py::none(),
+          py::arg("local_ranks") = std::vector<uint32_t>{}, py::arg("external_step_agreement") = false,
+          "Creates a job; returns its id. local_ranks: the ranks this daemon serves (empty: all); "
+          "external_step_agreement: steps are agreed across daemons with prepare_step/commit_step.")
       .def("list_jobs",
            [](StrataClient& c) {
              absl::StatusOr<std::vector<JobSummary>> jobs;

@@ -18,6 +18,7 @@ state_dict() and load_state_dict() go through the daemon's checkpoint files.
 import json
 import os
 import shutil
+import socket as _socket
 import tempfile
 import uuid
 
@@ -108,12 +109,18 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self._extra_config = extra_config or {}
 
         self._client = strata_client.connect(socket, rpc_timeout_s, step_timeout_s)
+        self._find_daemons(strata_client.resolve_socket(socket)[0])
         self._job = self._comm.broadcast_object(job_name or f"torch-{uuid.uuid4().hex[:12]}")
-        if self._comm.rank == 0:
+        config = json.dumps(self._job_config())
+        if self._is_leader:
+            # One job per daemon; with several daemons each serves its own ranks
+            # and the steps are agreed across them (PrepareStep/CommitStep).
             self._client.create_job(self._job, self._comm.world_size, mode="offload",
-                                    deepspeed_config_json=json.dumps(self._job_config()),
+                                    deepspeed_config_json=config,
                                     param_dtype=_DTYPE_NAMES[self._dtype],
-                                    grad_dtype=_DTYPE_NAMES[self._dtype])
+                                    grad_dtype=_DTYPE_NAMES[self._dtype],
+                                    local_ranks=self._local_ranks if self._external else [],
+                                    external_step_agreement=self._external)
         self._comm.barrier()
         self._attach(init_params=True)
 
@@ -139,6 +146,19 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self.loss_divisor = 1       # backward(loss) divides by it (gradient accumulation)
 
     # ----- setup -------------------------------------------------------------------------------
+
+    def _find_daemons(self, socket_path):
+        """Ranks that reach the same stratad (host and socket) share its job: one daemon per node."""
+        key = (_socket.gethostname(), os.path.realpath(socket_path))
+        keys = self._comm.all_gather_object(key)
+        nodes = []
+        for k in keys:
+            if k not in nodes:
+                nodes.append(k)
+        self._local_ranks = [r for r, k in enumerate(keys) if k == key]
+        self._leaders = [keys.index(k) for k in nodes]   # lowest rank of each daemon, in node order
+        self._is_leader = self._comm.rank == self._local_ranks[0]
+        self._external = len(nodes) > 1
 
     def _group_hparams(self, group):
         raise NotImplementedError
@@ -327,6 +347,8 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         for shard in self._shards:
             if shard["owned"] == 0:   # all padding: nothing to write, but the daemon waits for it
                 self._session.grad_ready(shard["index"], self._step_index)
+        if self._external:
+            self._agree_step()
         result = self._session.wait_step(self._step_index)
         self.last_grad_norm = result["grad_norm"]
         self.last_step_skipped = result["skipped"]
@@ -340,6 +362,17 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self._step_index += 1
         self._reset_step()
         return loss
+
+    def _agree_step(self):
+        """Every daemon's overflow flag and squared norm, combined as one daemon
+        holding every rank would (OR; pairwise sum in node order), handed back."""
+        overflow, squared = self._session.prepare_step(self._step_index)
+        mine = torch.tensor([1.0 if overflow else 0.0, squared], dtype=torch.float64)
+        gathered = self._comm.all_gather(mine)
+        shares = [gathered[r] for r in self._leaders]
+        any_overflow = any(share[0].item() != 0.0 for share in shares)
+        total = _pairwise_sum([share[1].item() for share in shares])
+        self._session.commit_step(self._step_index, any_overflow, total)
 
     def _reset_step(self):
         for bucket in self._buckets:
@@ -427,8 +460,8 @@ class _OffloadOptimizer(torch.optim.Optimizer):
             state = self._read_own_states(directory)
         finally:
             self._comm.barrier()
-            if self._comm.rank == 0:
-                shutil.rmtree(directory, ignore_errors=True)
+            if self._is_leader:
+                shutil.rmtree(os.path.dirname(directory), ignore_errors=True)
         # Each rank filled only its own elements (the rest are zeros): a SUM
         # across ranks assembles every tensor exactly.
         for t in range(len(self._params)):
@@ -457,11 +490,12 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         return {"state": packed, "param_groups": groups}
 
     def _save_checkpoint(self):
+        """Each daemon's leader saves its job; every rank gets its daemon's directory."""
         directory = None
-        if self._comm.rank == 0:
+        if self._is_leader:
             directory = os.path.join(tempfile.mkdtemp(prefix="strata-state-"), "ckpt")
             self._client.save_checkpoint(self._job, directory)
-        return self._comm.broadcast_object(directory)
+        return self._comm.all_gather_object(directory)[self._local_ranks[0]]
 
     def _shard_file(self, directory, index):
         return os.path.join(directory, f"rank{self._comm.rank}-shard{index}.bin")
@@ -532,7 +566,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         try:
             self._write_own_states(directory, states, by_index)
             self._comm.barrier()
-            if self._comm.rank == 0:
+            if self._is_leader:
                 manifest_path = os.path.join(directory, "manifest.json")
                 with open(manifest_path) as f:
                     manifest = json.load(f)
@@ -543,7 +577,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
             self._comm.barrier()
             self._detach()
             self._comm.barrier()
-            if self._comm.rank == 0:
+            if self._is_leader:
                 self._client.delete_job(self._job)
                 self._client.load_checkpoint(directory, self._job)
             self._comm.barrier()
@@ -551,7 +585,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
             self._gather_params()
         finally:
             self._comm.barrier()
-            if self._comm.rank == 0:
+            if self._is_leader:
                 shutil.rmtree(os.path.dirname(directory), ignore_errors=True)
         for gi, group in enumerate(self.param_groups):
             for k, v in groups[gi].items():
@@ -601,7 +635,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self._comm.barrier()
         self._detach()
         self._comm.barrier()
-        if self._comm.rank == 0 and not self._keep_job:
+        if self._is_leader and not self._keep_job:
             self._client.delete_job(self._job)
 
     @property
@@ -614,6 +648,16 @@ class _OffloadOptimizer(torch.optim.Optimizer):
 
     def __repr__(self):
         return f"{type(self).__name__}(job={getattr(self, '_job', None)!r}, groups={len(self.param_groups)})"
+
+
+def _pairwise_sum(values):
+    """The daemon's PairwiseSum: halves (the first one larger), recursively."""
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    half = (len(values) + 1) // 2
+    return _pairwise_sum(values[:half]) + _pairwise_sum(values[half:])
 
 
 def _betas(betas):
