@@ -262,7 +262,8 @@ DType RankSession::param_dtype() const { return state_->param_dtype; }
 DType RankSession::grad_dtype() const { return state_->grad_dtype; }
 uint32_t RankSession::stage() const { return state_->stage; }
 
-absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors) {
+absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors,
+                                         absl::Span<const ShardLayoutSpec> partition) {
   State& st = *state_;
   if (st.region != nullptr) {
     return absl::FailedPreconditionError("tensors are already registered and mapped in this session");
@@ -274,6 +275,18 @@ absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors) 
     info->set_name(t.name);
     info->set_numel(t.numel);
     info->set_group(t.group);
+  }
+  for (const ShardLayoutSpec& shard : partition) {
+    auto* out = request.add_partition();
+    out->set_index(shard.index);
+    out->set_padded_numel(shard.padded_numel);
+    for (const OwnedRange& r : shard.ranges) {
+      auto* range = out->add_ranges();
+      range->set_tensor(r.tensor.value());
+      range->set_tensor_offset(r.tensor_offset);
+      range->set_numel(r.numel);
+      range->set_shard_offset(r.shard_offset);
+    }
   }
   strata::v1::RegisterTensorsResponse response;
   {

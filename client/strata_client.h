@@ -114,6 +114,9 @@ struct ShardView {
   std::byte* param = nullptr;
 };
 
+// A shard of a trainer-supplied partition (see RegisterTensors).
+using ShardLayoutSpec = ShardLayout;
+
 struct StepResult {
   bool skipped = false;      // some rank's gradients overflowed; params unchanged
   double loss_scale = 1.0;   // use this scale for the next step
@@ -167,7 +170,15 @@ class RankSession {
   // Registers the model's tensors (every rank sends the same list) and maps
   // this rank's shared region. After a re-attach, call it again with the same
   // list to map the region.
-  absl::Status RegisterTensors(absl::Span<const TensorDesc> tensors);
+  //
+  // `partition`, when given, is this rank's own partition (the trainer's,
+  // e.g. DeepSpeed's or FSDP's): shard i with index i, padded_numel and the
+  // tensor ranges it holds (OwnedRange::tensor = index in `tensors`). Every
+  // rank must then send one, and together they must own every element of
+  // every tensor exactly once; the daemon refuses anything else naming the
+  // problem. shards() then follows it.
+  absl::Status RegisterTensors(absl::Span<const TensorDesc> tensors,
+                               absl::Span<const ShardLayoutSpec> partition = {});
   absl::Span<ShardView> shards();
   DType param_dtype() const;
   DType grad_dtype() const;

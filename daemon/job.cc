@@ -113,17 +113,13 @@ uint64_t Job::params() const {
   return total;
 }
 
-absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt) {
+absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt,
+                                     const std::vector<std::vector<ShardLayout>>* supplied) {
   PartitionSpec spec;
   spec.stage = settings_.stage;
   spec.world_size = settings_.world_size;
   spec.tensors = tensors;
   STRATA_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
-  // The optimizer states' partition decides what each rank's daemon-side
-  // shards hold (stage 1/2: one flat shard cut into sub-groups; stage 3: one
-  // shard per tensor).
-  STRATA_ASSIGN_OR_RETURN(std::vector<RankLayout> layouts,
-                          PartitionState(spec, StateClass::kOptimizerStates));
   const StateLayout state_layout = StateLayoutFor(settings_.optimizer);
   if (settings_.mode == strata::v1::MODE_INFINITY) {
     STRATA_ASSIGN_OR_RETURN(states_, NvmeShardStateStore::Create(id_, state_layout, services_.nvme,
@@ -131,50 +127,50 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
   } else {
     states_ = std::make_unique<HostShardStateStore>(state_layout);
   }
-  const uint64_t align = AlignmentElements(spec.alignment_bytes);
-  const uint64_t grad_bytes = DTypeSize(settings_.grad_dtype);
-  const uint64_t param_bytes = DTypeSize(settings_.param_dtype);
   ranks_.resize(settings_.world_size);
-  uint64_t largest_param_slot = 0, total_param_bytes = 0;
   for (uint32_t r = 0; r < settings_.world_size; ++r) {
-    RankState& rank = ranks_[r];
     if (!settings_.IsLocal(r)) {
       // Served by another daemon: no slots, no states, nothing to wait for.
-      rank.initialized = true;
-      continue;
-    }
-    std::vector<ShardLayout> shards =
-        settings_.stage == 3 ? layouts[r].shards
-                             : SplitSubGroups(layouts[r].shards.at(0), settings_.sub_group_size, align);
-    uint64_t offset = 0;
-    for (ShardLayout& shard : shards) {
-      ExchangeSlot slot;
-      slot.grad_offset = offset;
-      offset += RoundUp(shard.padded_numel * grad_bytes, kPage);
-      slot.param_offset = offset;
-      const uint64_t pbytes = RoundUp(shard.padded_numel * param_bytes, kPage);
-      offset += pbytes;
-      largest_param_slot = std::max(largest_param_slot, pbytes);
-      total_param_bytes += pbytes;
-      slot.layout = std::move(shard);
-      rank.slots.push_back(std::move(slot));
-    }
-    PinnedArenaOptions options;
-    options.name = absl::StrCat("strata-job", id_, "-rank", r);
-    options.size_bytes = std::max<uint64_t>(offset, kPage);
-    STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
-    rank.grad_ready.assign(rank.slots.size(), false);
-    rank.applied.assign(rank.slots.size(), false);
-    for (const ExchangeSlot& slot : rank.slots) {
-      STRATA_RETURN_IF_ERROR(adopt ? states_->Adopt(r, slot.layout.index, slot.layout.padded_numel)
-                                   : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
+      ranks_[r].initialized = true;
     }
   }
-  ComputeGroupRunsLocked();
+  if (supplied == nullptr) {
+    // The optimizer states' partition decides what each rank's daemon-side
+    // shards hold (stage 1/2: one flat shard cut into sub-groups; stage 3:
+    // one shard per tensor).
+    STRATA_ASSIGN_OR_RETURN(std::vector<RankLayout> layouts,
+                            PartitionState(spec, StateClass::kOptimizerStates));
+    const uint64_t align = AlignmentElements(spec.alignment_bytes);
+    for (uint32_t r = 0; r < settings_.world_size; ++r) {
+      if (!settings_.IsLocal(r)) continue;
+      STRATA_RETURN_IF_ERROR(BuildRankLocked(
+          r,
+          settings_.stage == 3 ? layouts[r].shards
+                               : SplitSubGroups(layouts[r].shards.at(0), settings_.sub_group_size, align),
+          adopt));
+    }
+  } else {
+    for (uint32_t r = 0; r < supplied->size() && r < settings_.world_size; ++r) {
+      if (!settings_.IsLocal(r) || (*supplied)[r].empty()) continue;
+      STRATA_RETURN_IF_ERROR(BuildRankLocked(r, (*supplied)[r], adopt));
+    }
+  }
   if (settings_.mode == strata::v1::MODE_INFINITY) {
+    uint64_t largest_param_slot = 0, total_param_bytes = 0, built = 0;
+    for (const RankState& rank : ranks_) {
+      if (!rank.built) continue;
+      ++built;
+      for (const ExchangeSlot& slot : rank.slots) {
+        const uint64_t pbytes = RoundUp(slot.layout.padded_numel * DTypeSize(settings_.param_dtype), kPage);
+        largest_param_slot = std::max(largest_param_slot, pbytes);
+        total_param_bytes += pbytes;
+      }
+    }
     uint64_t budget = settings_.pinned_budget_bytes;
-    if (budget == 0) budget = total_param_bytes;  // everything may stay up
+    // Everything may stay up (ranks not yet registered are assumed alike).
+    if (budget == 0 && built > 0) budget = total_param_bytes / built * settings_.world_size;
     budget = std::max(budget, 2 * largest_param_slot);
+    param_budget_ = budget;
     param_cache_ = std::make_unique<ParamCache>(
         id_, settings_.world_size, services_.nvme, services_.nvme_mu,
         [this](uint32_t r, uint32_t index) {
@@ -184,6 +180,147 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
         },
         budget, /*lookahead=*/4);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, bool adopt) {
+  RankState& rank = ranks_[r];
+  const uint64_t grad_bytes = DTypeSize(settings_.grad_dtype);
+  const uint64_t param_bytes = DTypeSize(settings_.param_dtype);
+  // Sizes may come from a trainer: every product and sum is checked.
+  uint64_t offset = 0;
+  std::vector<ExchangeSlot> slots;
+  for (ShardLayout& shard : shards) {
+    ExchangeSlot slot;
+    uint64_t gbytes = 0, pbytes = 0;
+    if (__builtin_mul_overflow(shard.padded_numel, grad_bytes, &gbytes) ||
+        __builtin_mul_overflow(shard.padded_numel, param_bytes, &pbytes) || gbytes > (1ull << 50) ||
+        pbytes > (1ull << 50)) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", r, " shard ", shard.index, " of ",
+                                                     shard.padded_numel, " elements is too large"));
+    }
+    slot.grad_offset = offset;
+    offset += RoundUp(gbytes, kPage);
+    slot.param_offset = offset;
+    offset += RoundUp(pbytes, kPage);
+    if (offset > (1ull << 52)) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", r, "'s shards are too large in total"));
+    }
+    if (param_cache_ != nullptr && 2 * RoundUp(pbytes, kPage) > param_budget_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", r, " shard ", shard.index, " needs ", RoundUp(pbytes, kPage),
+          " bytes of param slot, more than half the job's pinned budget of ", param_budget_,
+          " bytes (raise pinned_budget_bytes or cut the shard)"));
+    }
+    slot.layout = std::move(shard);
+    slots.push_back(std::move(slot));
+  }
+  PinnedArenaOptions options;
+  options.name = absl::StrCat("strata-job", id_, "-rank", r);
+  options.size_bytes = std::max<uint64_t>(offset, kPage);
+  STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
+  rank.slots = std::move(slots);
+  rank.grad_ready.assign(rank.slots.size(), false);
+  rank.applied.assign(rank.slots.size(), false);
+  for (const ExchangeSlot& slot : rank.slots) {
+    STRATA_RETURN_IF_ERROR(adopt ? states_->Adopt(r, slot.layout.index, slot.layout.padded_numel)
+                                 : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
+  }
+  ComputeGroupRunsLocked(rank);
+  rank.built = true;
+  return absl::OkStatus();
+}
+
+absl::Status Job::AdmitPartitionLocked(uint32_t rank, const std::vector<ShardLayout>& shards) {
+  // Padding is the trainer's business, but a shard may not be larger than the
+  // model plus an alignment's worth per tensor (saturating: sizes come from
+  // the trainer).
+  uint64_t max_padded = 4096;
+  for (const TensorSpec& t : tensors_) {
+    if (__builtin_add_overflow(max_padded, t.numel, &max_padded) ||
+        __builtin_add_overflow(max_padded, uint64_t{4096}, &max_padded)) {
+      max_padded = UINT64_MAX;
+      break;
+    }
+  }
+  if (shards.size() > (1u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("partition of rank ", rank, " has ", shards.size(),
+                                                   " shards; at most ", 1u << 20, " are allowed"));
+  }
+  std::vector<std::map<uint64_t, std::pair<uint64_t, uint32_t>>> owned = owned_;
+  owned.resize(tensors_.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardLayout& shard = shards[i];
+    const std::string where = absl::StrCat("partition of rank ", rank, ", shard ", i);
+    if (shard.index != i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " has index ", shard.index, "; shard i must have index i"));
+    }
+    if (shard.padded_numel == 0 || shard.padded_numel > max_padded) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": padded_numel ", shard.padded_numel,
+                                                     " is not in 1..", max_padded));
+    }
+    uint64_t shard_end = 0;  // ranges must be sorted by shard_offset and disjoint
+    for (size_t k = 0; k < shard.ranges.size(); ++k) {
+      const OwnedRange& r = shard.ranges[k];
+      const std::string range = absl::StrCat(where, ", range ", k);
+      const uint32_t t = r.tensor.value();
+      if (t >= tensors_.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(range, " names tensor ", t, "; there are ", tensors_.size()));
+      }
+      const uint64_t numel = tensors_[t].numel;
+      if (r.numel == 0) return absl::InvalidArgumentError(absl::StrCat(range, " is empty"));
+      if (r.tensor_offset > numel || r.numel > numel - r.tensor_offset) {
+        return absl::InvalidArgumentError(absl::StrCat(range, " covers elements [", r.tensor_offset, ", +", r.numel,
+                                                       ") of tensor ", t, " ('", tensors_[t].name, "'), which has ",
+                                                       numel));
+      }
+      if (r.shard_offset > shard.padded_numel || r.numel > shard.padded_numel - r.shard_offset) {
+        return absl::InvalidArgumentError(absl::StrCat(range, " at shard offset ", r.shard_offset, " with ", r.numel,
+                                                       " elements overruns the shard's ", shard.padded_numel));
+      }
+      if (r.shard_offset < shard_end) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            range, " starts at shard offset ", r.shard_offset,
+            ", inside the range before it (ranges must be sorted by shard_offset and disjoint)"));
+      }
+      shard_end = r.shard_offset + r.numel;
+      // No element of the tensor may be owned twice, by this rank or another.
+      auto& runs = owned[t];
+      const uint64_t lo = r.tensor_offset, hi = r.tensor_offset + r.numel;
+      auto next = runs.lower_bound(lo);
+      const bool hits_next = next != runs.end() && next->first < hi;
+      const bool hits_prev = next != runs.begin() && std::prev(next)->second.first > lo;
+      if (hits_next || hits_prev) {
+        const auto& other = hits_next ? *next : *std::prev(next);
+        return absl::InvalidArgumentError(absl::StrCat(
+            range, " owns elements [", lo, ", ", hi, ") of tensor ", t, " ('", tensors_[t].name,
+            "'), overlapping [", other.first, ", ", other.second.first, ") owned by rank ", other.second.second));
+      }
+      runs.emplace(lo, std::make_pair(hi, rank));
+    }
+  }
+  // Once every rank's partition is known, every element must be owned.
+  bool complete = settings_.local_ranks.empty() || settings_.local_ranks.size() == settings_.world_size;
+  for (uint32_t r = 0; r < ranks_.size() && complete; ++r) complete = r == rank || ranks_[r].built;
+  if (complete) {
+    for (uint32_t t = 0; t < tensors_.size(); ++t) {
+      uint64_t cursor = 0;
+      for (const auto& [lo, run] : owned[t]) {
+        if (lo != cursor) break;
+        cursor = run.first;
+      }
+      if (cursor != tensors_[t].numel) {
+        auto next = owned[t].upper_bound(cursor);
+        const uint64_t gap_end = next == owned[t].end() ? tensors_[t].numel : next->first;
+        return absl::InvalidArgumentError(absl::StrCat(
+            "with rank ", rank, "'s partition every rank has registered, but elements [", cursor, ", ", gap_end,
+            ") of tensor ", t, " ('", tensors_[t].name, "') are owned by no rank"));
+      }
+    }
+  }
+  owned_ = std::move(owned);
   return absl::OkStatus();
 }
 
@@ -205,8 +342,8 @@ absl::Status Job::AdoptTensorsLocked(const JobRecord& record) {
   return absl::OkStatus();
 }
 
-void Job::ComputeGroupRunsLocked() {
-  for (RankState& rank : ranks_) {
+void Job::ComputeGroupRunsLocked(RankState& rank) {
+  {
     for (ExchangeSlot& slot : rank.slots) {
       std::vector<GroupRun>& runs = slot.group_runs;
       runs.clear();
@@ -306,7 +443,7 @@ absl::Status Job::BeginStep(uint64_t step, const std::vector<strata::v1::GroupHy
 }
 
 absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors,
-                           const std::vector<uint32_t>& groups_in) {
+                           const std::vector<uint32_t>& groups_in, const std::vector<ShardLayout>& partition) {
   absl::MutexLock lock(&mu_);
   if (rank < settings_.world_size && !settings_.IsLocal(rank)) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of job '", settings_.name,
@@ -333,10 +470,25 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
     tensors_ = tensors;
     group_of_ = groups;
     num_groups_ = 1 + *std::max_element(groups.begin(), groups.end());
-    absl::Status s = BuildLayoutsLocked(tensors, /*adopt=*/false);
+    supplied_ = !partition.empty();
+    absl::Status s;
+    if (supplied_) {
+      supplied_partitions_.assign(settings_.world_size, {});
+      ranks_.resize(settings_.world_size);  // AdmitPartitionLocked looks at which ranks are built
+      s = AdmitPartitionLocked(rank, partition);
+      if (s.ok()) {
+        supplied_partitions_[rank] = partition;
+        s = BuildLayoutsLocked(tensors, /*adopt=*/false, &supplied_partitions_);
+      }
+    } else {
+      s = BuildLayoutsLocked(tensors, /*adopt=*/false);
+    }
     if (!s.ok()) {
       tensors_.clear();
       group_of_.clear();
+      supplied_ = false;
+      supplied_partitions_.clear();
+      owned_.clear();
       ranks_.clear();
       states_.reset();
       return s;
@@ -360,7 +512,45 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
                                                      group_of_[i]));
     }
   }
-  return absl::OkStatus();
+  if (supplied_ != !partition.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank,
+        partition.empty() ? " sends no partition but the job's ranks supply their own"
+                          : " sends a partition but the job's first rank let the daemon partition",
+        "; every rank must do the same"));
+  }
+  if (!supplied_) return absl::OkStatus();
+  if (ranks_[rank].built) {
+    // A re-attached rank registers again: the same partition.
+    const std::vector<ShardLayout>& have = supplied_partitions_[rank];
+    bool same = have.size() == partition.size();
+    for (size_t i = 0; same && i < have.size(); ++i) {
+      same = have[i].index == partition[i].index && have[i].padded_numel == partition[i].padded_numel &&
+             have[i].ranges.size() == partition[i].ranges.size();
+      for (size_t k = 0; same && k < have[i].ranges.size(); ++k) {
+        const OwnedRange& a = have[i].ranges[k];
+        const OwnedRange& b = partition[i].ranges[k];
+        same = a.tensor == b.tensor && a.tensor_offset == b.tensor_offset && a.numel == b.numel &&
+               a.shard_offset == b.shard_offset;
+      }
+    }
+    if (!same) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " registers a partition other than the one it registered before"));
+    }
+    return absl::OkStatus();
+  }
+  STRATA_RETURN_IF_ERROR(AdmitPartitionLocked(rank, partition));
+  supplied_partitions_[rank] = partition;
+  absl::Status s = BuildRankLocked(rank, partition, /*adopt=*/false);
+  if (!s.ok()) {
+    ranks_[rank] = RankState{};
+    supplied_partitions_[rank].clear();
+    for (auto& runs : owned_) {
+      for (auto it = runs.begin(); it != runs.end();) it = it->second.second == rank ? runs.erase(it) : std::next(it);
+    }
+  }
+  return s;
 }
 
 std::vector<ExchangeSlot> Job::SlotsOf(uint32_t rank) const {
@@ -829,6 +1019,7 @@ JobRecord Job::RecordLocked() const {
   record.loss_scaler = scaler_.state();
   record.groups = group_of_;
   record.group_hyperparams = group_hp_;
+  if (supplied_) record.partitions = supplied_partitions_;
   return record;
 }
 
@@ -855,7 +1046,10 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(uint64_t id, const std::string
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
   absl::MutexLock lock(&job->mu_);
   STRATA_RETURN_IF_ERROR(job->AdoptTensorsLocked(record));
-  STRATA_RETURN_IF_ERROR(job->BuildLayoutsLocked(record.tensors, /*adopt=*/true));
+  job->supplied_ = !record.partitions.empty();
+  job->supplied_partitions_ = record.partitions;
+  STRATA_RETURN_IF_ERROR(job->BuildLayoutsLocked(record.tensors, /*adopt=*/true,
+                                                 job->supplied_ ? &job->supplied_partitions_ : nullptr));
   job->registered_ = true;
   job->ApplyRecordLocked(record);
   return job;

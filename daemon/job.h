@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -102,8 +103,16 @@ class Job {
   // same list: InvalidArgument naming the first difference).
   // `groups` holds each tensor's param group (empty: all in group 0); every
   // rank must send the same groups.
+  //
+  // `partition`, when not empty, is the rank's own partition (the trainer's):
+  // then every rank must send one, shard i must have index i, ranges must lie
+  // inside their tensor and shard without overlapping, and once every rank
+  // has registered each element of each tensor must be owned exactly once
+  // (checked when the daemon serves every rank; InvalidArgument naming the
+  // problem otherwise).
   absl::Status Register(uint32_t rank, const std::vector<TensorSpec>& tensors,
-                        const std::vector<uint32_t>& groups = {});
+                        const std::vector<uint32_t>& groups = {},
+                        const std::vector<ShardLayout>& partition = {});
   bool registered() const;
   // REQUIRES: registered().
   std::vector<ExchangeSlot> SlotsOf(uint32_t rank) const;
@@ -172,6 +181,7 @@ class Job {
     bool initialized = false;
     std::vector<bool> grad_ready;
     std::vector<bool> applied;  // stepped early, this step (see early_apply_)
+    bool built = false;         // slots, region and states exist
   };
   struct WorkItem {
     enum Kind { kInspect, kRunStep, kPrepare, kStop } kind;
@@ -180,7 +190,18 @@ class Job {
   };
 
   Job(uint64_t id, JobSettings settings, JobServices services);
-  absl::Status BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt)
+  // Creates the state store and every local rank's shards: the daemon's own
+  // partition, or `supplied` (per rank; ranks without one are built when
+  // they register).
+  absl::Status BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, bool adopt,
+                                  const std::vector<std::vector<ShardLayout>>* supplied = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One rank's slots, exchange region and states.
+  absl::Status BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, bool adopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks a trainer-supplied partition of `rank` against the tensors and the
+  // ranks registered so far; on success records its ranges in owned_.
+  absl::Status AdmitPartitionLocked(uint32_t rank, const std::vector<ShardLayout>& shards)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobRecord RecordLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The hyperparameters in force, one per group.
@@ -188,7 +209,7 @@ class Job {
   // Takes the tensors and their groups from a record (restart).
   absl::Status AdoptTensorsLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills every slot's group_runs from group_of_.
-  void ComputeGroupRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ComputeGroupRunsLocked(RankState& rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks every rank initialized and restores the step counts and scaler.
   void ApplyRecordLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the record into the extent store (the caller commits).
@@ -221,6 +242,13 @@ class Job {
   std::vector<TensorSpec> tensors_;         // fixed at the first Register
   std::vector<uint32_t> group_of_;          // param group per tensor, fixed with tensors_
   uint32_t num_groups_ = 1;                 // 1 + the largest group index
+  // Trainer-supplied partitions (per rank; empty when the daemon partitions).
+  bool supplied_ = false;
+  std::vector<std::vector<ShardLayout>> supplied_partitions_;
+  // While supplied partitions arrive: per tensor, the owned runs so far
+  // (first element -> one past the last, owning rank).
+  std::vector<std::map<uint64_t, std::pair<uint64_t, uint32_t>>> owned_;
+  uint64_t param_budget_ = 0;  // MODE_INFINITY: the param cache's budget
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;

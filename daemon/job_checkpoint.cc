@@ -148,7 +148,19 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(uint64_t id, const std::strin
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));
   // Register as a rank this daemon serves (all of them are, unless local_ranks says otherwise).
   const uint32_t first_local = job->settings_.local_ranks.empty() ? 0 : job->settings_.local_ranks.front();
-  STRATA_RETURN_IF_ERROR(job->Register(first_local, record.tensors, record.groups));
+  if (record.partitions.empty()) {
+    STRATA_RETURN_IF_ERROR(job->Register(first_local, record.tensors, record.groups));
+  } else {
+    // Trainer-supplied partitions: each local rank's, as a trainer would register them.
+    if (record.partitions.size() != job->settings_.world_size) {
+      return absl::DataLossError(absl::StrCat(manifest_path, " has partitions for ", record.partitions.size(),
+                                              " ranks; the job has ", job->settings_.world_size));
+    }
+    for (uint32_t r = 0; r < job->settings_.world_size; ++r) {
+      if (!job->settings_.IsLocal(r)) continue;
+      STRATA_RETURN_IF_ERROR(job->Register(r, record.tensors, record.groups, record.partitions[r]));
+    }
+  }
   absl::MutexLock lock(&job->mu_);
   const size_t psize = DTypeSize(job->settings_.param_dtype);
   for (uint32_t r = 0; r < job->ranks_.size(); ++r) {

@@ -30,6 +30,20 @@ std::string SerializeJobRecord(const JobRecord& record, const std::string& forma
                                         {"lr_decay", g.lr_decay()}});
     }
   }
+  if (!record.partitions.empty()) {
+    r["partitions"] = nlohmann::json::array();
+    for (const std::vector<ShardLayout>& rank : record.partitions) {
+      nlohmann::json shards = nlohmann::json::array();
+      for (const ShardLayout& shard : rank) {
+        nlohmann::json ranges = nlohmann::json::array();
+        for (const OwnedRange& o : shard.ranges) {
+          ranges.push_back({o.tensor.value(), o.tensor_offset, o.numel, o.shard_offset});
+        }
+        shards.push_back({{"index", shard.index}, {"padded_numel", shard.padded_numel}, {"ranges", ranges}});
+      }
+      r["partitions"].push_back(std::move(shards));
+    }
+  }
   r["next_step"] = record.next_step;
   r["optimizer_steps"] = record.optimizer_steps;
   const LossScalerState& ls = record.loss_scaler;
@@ -70,6 +84,22 @@ absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::str
         hp.set_weight_decay(g.at("weight_decay").get<double>());
         hp.set_lr_decay(g.at("lr_decay").get<double>());
         record.group_hyperparams.push_back(hp);
+      }
+    }
+    if (r.contains("partitions")) {
+      for (const auto& rank : r.at("partitions")) {
+        std::vector<ShardLayout> shards;
+        for (const auto& s : rank) {
+          ShardLayout shard;
+          shard.index = s.at("index").get<uint32_t>();
+          shard.padded_numel = s.at("padded_numel").get<uint64_t>();
+          for (const auto& o : s.at("ranges")) {
+            shard.ranges.push_back(OwnedRange{TensorId(o.at(0).get<uint32_t>()), o.at(1).get<uint64_t>(),
+                                              o.at(2).get<uint64_t>(), o.at(3).get<uint64_t>()});
+          }
+          shards.push_back(std::move(shard));
+        }
+        record.partitions.push_back(std::move(shards));
       }
     }
     record.next_step = r.at("next_step").get<uint64_t>();

@@ -24,6 +24,8 @@ struct JobRecord {
   std::vector<uint32_t> groups;  // param group per tensor (empty: all 0)
   // The per-group hyperparameters last set by BeginStep (empty: the job's).
   std::vector<strata::v1::GroupHyperparams> group_hyperparams;
+  // Trainer-supplied partitions per rank (empty: the daemon's own).
+  std::vector<std::vector<ShardLayout>> partitions;
 };
 
 // A JSON object; `format`, when not empty, is stored under "format".

@@ -109,8 +109,18 @@ grpc::Status StrataService::RegisterTensors(grpc::ServerContext*, const strata::
     tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(i)), t.name(), t.numel()});
     groups.push_back(t.group());
   }
+  std::vector<ShardLayout> partition;
+  for (const auto& in : request->partition()) {
+    ShardLayout shard;
+    shard.index = in.index();
+    shard.padded_numel = in.padded_numel();
+    for (const auto& r : in.ranges()) {
+      shard.ranges.push_back(OwnedRange{TensorId(r.tensor()), r.tensor_offset(), r.numel(), r.shard_offset()});
+    }
+    partition.push_back(std::move(shard));
+  }
   Job& job = *session->job;
-  if (absl::Status s = job.Register(session->rank, tensors, groups); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = job.Register(session->rank, tensors, groups, partition); !s.ok()) return ToGrpcStatus(s);
   for (const ExchangeSlot& slot : job.SlotsOf(session->rank)) {
     auto* out = response->add_shards();
     out->set_index(slot.layout.index);
