@@ -57,6 +57,10 @@ T Take(absl::StatusOr<T> result) {
 
 absl::StatusOr<DType> DTypeArg(const std::string& name) { return ParseDType(name); }
 
+// One shard of a trainer-supplied partition, as Python passes it.
+using PartitionShard =
+    std::tuple<uint32_t, uint64_t, std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uint64_t>>>;
+
 // A session shared by the Python Session object and every Slot over its region.
 using SessionPtr = std::shared_ptr<RankSession>;
 
@@ -150,19 +154,34 @@ PYBIND11_MODULE(_native, m) {
                              [](PySession& s) { return std::string(DTypeName(s.get().grad_dtype())); })
       .def(
           "register_tensors",
-          [](PySession& s, const std::vector<std::tuple<std::string, uint64_t, uint32_t>>& tensors) {
+          [](PySession& s, const std::vector<std::tuple<std::string, uint64_t, uint32_t>>& tensors,
+             const std::vector<PartitionShard>& partition) {
             std::vector<TensorDesc> descs;
             descs.reserve(tensors.size());
             for (const auto& [name, numel, group] : tensors) descs.push_back(TensorDesc{name, numel, group});
+            std::vector<ShardLayoutSpec> layout;
+            layout.reserve(partition.size());
+            for (const auto& [index, padded_numel, ranges] : partition) {
+              ShardLayoutSpec shard;
+              shard.index = index;
+              shard.padded_numel = padded_numel;
+              for (const auto& [tensor, tensor_offset, numel, shard_offset] : ranges) {
+                shard.ranges.push_back(OwnedRange{TensorId(tensor), tensor_offset, numel, shard_offset});
+              }
+              layout.push_back(std::move(shard));
+            }
             RankSession& session = s.get();
             absl::Status status;
             {
               py::gil_scoped_release release;
-              status = session.RegisterTensors(descs);
+              status = session.RegisterTensors(descs, layout);
             }
             Check(status);
           },
-          py::arg("tensors"), "Registers [(name, numel, group), ...] (the same list on every rank) and maps the region.")
+          py::arg("tensors"), py::arg("partition") = std::vector<PartitionShard>{},
+          "Registers [(name, numel, group), ...] (the same list on every rank) and maps the region. "
+          "partition: this rank's own shards [(index, padded_numel, [(tensor, tensor_offset, numel, "
+          "shard_offset), ...]), ...]; empty: the daemon's ZeRO layout.")
       .def(
           "shards",
           [](PySession& s) {

@@ -166,3 +166,20 @@ def test_params_come_back_in_the_model_dtype(stratad, dtype):
     assert all(p.dtype == dtype for p in model.parameters())
     assert opt._session.param_dtype == {torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
     opt.close()
+
+
+def test_trainer_supplied_partition(stratad):
+    """A rank's own partition (as DeepSpeed or FSDP cut it) instead of the daemon's layout."""
+    model = _mlp()
+    twin = copy.deepcopy(model)
+    # Tensors: 0 w 16x32, 1 b 32, 2 ln w 32, 3 ln b 32, 4 w 32x4, 5 b 4; two shards, out of order, padded.
+    partition = [(0, 400, [(0, 256, 256, 0), (4, 0, 128, 256)]),
+                 (1, 360, [(0, 0, 256, 0), (1, 0, 32, 256), (2, 0, 32, 288), (3, 0, 32, 320), (5, 0, 4, 352)])]
+    opt = st.OffloadAdamW(model.parameters(), lr=1e-2, socket=stratad.socket, partition=partition)
+    got = [(s["index"], s["padded_numel"], [tuple(r) for r in s["ranges"]]) for s in opt._session.shards()]
+    assert got == partition
+    torch_opt = torch.optim.AdamW(twin.parameters(), lr=1e-2)
+    _close(_train(model, opt, 3, 0), _train(twin, torch_opt, 3, 0), "trainer partition vs torch")
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert (a - b).abs().max().item() <= 1e-6
+    opt.close()

@@ -53,7 +53,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
     def __init__(self, params, defaults, *, socket=None, job_name=None, process_group=None,
                  reduce_gradients=None, max_norm=0.0, gradient_accumulation_steps=1, fp16=None,
                  bucket_numel=2_000_000, sub_group_size=None, stage=2, mode="offload",
-                 extra_config=None, keep_job=False, rpc_timeout_s=30.0, step_timeout_s=300.0):
+                 extra_config=None, keep_job=False, rpc_timeout_s=30.0, step_timeout_s=300.0, partition=None):
         super().__init__(params, defaults)
         if gradient_accumulation_steps < 1:
             raise ValueError(f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}")
@@ -107,6 +107,9 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self._sub_group_size = sub_group_size
         self._stage = stage
         self._extra_config = extra_config or {}
+        # This rank's own partition (e.g. DeepSpeed's or FSDP's), instead of the daemon's
+        # ZeRO layout: [(index, padded_numel, [(tensor, tensor_offset, numel, shard_offset)])].
+        self._partition = list(partition or [])
 
         self._client = strata_client.connect(socket, rpc_timeout_s, step_timeout_s)
         self._find_daemons(strata_client.resolve_socket(socket)[0])
@@ -196,7 +199,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self._session = self._client.attach(self._job, self._comm.rank)
         names = [(f"p{i}.{'x'.join(str(s) for s in p.shape) or 'scalar'}", p.numel(), self._group_of[i])
                  for i, p in enumerate(self._params)]
-        self._session.register_tensors(names)
+        self._session.register_tensors(names, self._partition)
         if self._session.stage not in (1, 2):
             raise StrataError(f"job '{self._job}' runs ZeRO stage {self._session.stage}; "
                               "strata.torch optimizers need stage 1 or 2", "FAILED_PRECONDITION")
