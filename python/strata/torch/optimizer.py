@@ -169,7 +169,6 @@ class _OffloadOptimizer(torch.optim.Optimizer):
     def _job_config(self):
         """The DeepSpeed JSON the daemon's job is created with."""
         h = self._group_hparams(self.param_groups[0])
-        self._creation_hparams = h
         params = {"lr": h["lr"], "eps": h["eps"], "weight_decay": h["weight_decay"]}
         if self._kind != "adagrad":
             params["betas"] = [h["beta1"], h["beta2"]]
@@ -310,23 +309,11 @@ class _OffloadOptimizer(torch.optim.Optimizer):
                 base += self._numel[t]
 
     def _begin_step(self):
-        """Sends this step's per-group hyperparameters (once per step)."""
+        """Sends this step's per-group hyperparameters (once per step, before its first GradReady)."""
         if self._begun is not None:
             return
         self._begun = [self._group_hparams(g) for g in self.param_groups]
-        if hasattr(self._session, "begin_step"):
-            self._session.begin_step(self._step_index, self._begun)
-        else:
-            self._check_fixed_hparams(self._begun)
-
-    def _check_fixed_hparams(self, hparams):
-        # A daemon without BeginStep applies the job's settings to every group.
-        first = self._creation_hparams
-        for gi, h in enumerate(hparams):
-            if h != first:
-                raise StrataError(
-                    f"param group {gi}'s hyperparameters {h} differ from the job's {first}; this stratad "
-                    "has no BeginStep (per-step, per-group hyperparameters)", "UNIMPLEMENTED")
+        self._session.begin_step(self._step_index, self._begun)
 
     # ----- torch.optim.Optimizer ---------------------------------------------------------------
 
