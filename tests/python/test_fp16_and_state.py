@@ -183,3 +183,62 @@ def test_trainer_supplied_partition(stratad):
     for a, b in zip(model.parameters(), twin.parameters()):
         assert (a - b).abs().max().item() <= 1e-6
     opt.close()
+
+
+class _LionReference(torch.optim.Optimizer):
+    """Lion as lucidrains/lion-pytorch's update_fn, written with torch ops."""
+
+    def __init__(self, params, lr, betas, weight_decay):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                m = self.state[p].setdefault("exp_avg", torch.zeros_like(p))
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_((m * b1 + p.grad * (1 - b1)).sign(), alpha=-group["lr"])
+                m.mul_(b2).add_(p.grad, alpha=1 - b2)
+
+
+@pytest.mark.parametrize("name", ["adam", "adagrad", "lion"])
+def test_other_algorithms_match_torch(stratad, name):
+    model = _mlp()
+    twin = copy.deepcopy(model)
+    if name == "adam":
+        ours = st.OffloadAdam(_groups(model), lr=3e-3, socket=stratad.socket)
+        theirs = torch.optim.Adam(_groups(twin), lr=3e-3)
+    elif name == "adagrad":
+        ours = st.OffloadAdagrad(_groups(model), lr=3e-2, lr_decay=0.01, initial_accumulator_value=0.1,
+                                 socket=stratad.socket)
+        theirs = torch.optim.Adagrad(_groups(twin), lr=3e-2, lr_decay=0.01, initial_accumulator_value=0.1)
+    else:
+        ours = st.OffloadLion(_groups(model), lr=1e-3, socket=stratad.socket)
+        theirs = _LionReference(_groups(twin), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0)
+    _close(_train(model, ours, 4, 0), _train(twin, theirs, 4, 0), name)
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert (a - b).abs().max().item() <= 1e-5, name
+    state = ours.state_dict()["state"][0]
+    assert set(state) == {"step", *ours._state_keys}
+    ours.close()
+
+
+def test_step_with_closure(stratad):
+    model = _mlp()
+    twin = copy.deepcopy(model)
+    opt = st.OffloadAdamW(model.parameters(), lr=1e-2, socket=stratad.socket)
+    ref = torch.optim.AdamW(twin.parameters(), lr=1e-2)
+    for step in range(3):
+        def closure(m=model):
+            opt.zero_grad()
+            loss = _loss(m, step)
+            loss.backward()
+            return loss
+        def ref_closure(m=twin):
+            ref.zero_grad()
+            loss = _loss(m, step)
+            loss.backward()
+            return loss
+        assert abs(opt.step(closure).item() - ref.step(ref_closure).item()) <= 1e-6
+    opt.close()
