@@ -8,6 +8,7 @@
 //   // write initial params into each shard's param slot, then
 //   rank->InitParams();
 //   for (step = 0; ...; ++step) {
+//     rank->BeginStep(step, groups);  // optional: this step's lr, betas, ... per param group
 //     // ZeRO-Offload: after backward and your own reduce-scatter, copy this
 //     // rank's gradient partition into shard.grad and signal it:
 //     for (auto& shard : rank->shards()) { fill(shard.grad); rank->GradReady(shard.index, step); }
@@ -20,6 +21,11 @@
 // brought them up already); read shard.param; Release() after the layer.
 // Gradients and steps work as in offload mode. Call IterationBoundary() once
 // per training iteration so the prefetcher can learn the access order.
+//
+// Several daemons (one per node) serve one job when each is created with its
+// JobSpec::local_ranks and external_step_agreement: after GradReady, every
+// rank calls PrepareStep, all-reduces the stats with its peers (torch.distributed)
+// and calls CommitStep with the global values before WaitStep.
 //
 // Every call returns a Status and has a deadline (ClientOptions): none blocks
 // forever. A rank that dies loses its pins, not its state: Attach again with

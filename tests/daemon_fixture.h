@@ -102,6 +102,18 @@ class DaemonProcess {
   pid_t pid_ = -1;
 };
 
+// A daemon whose NVMe files (256 MiB per start) are removed when the test
+// ends, pass or fail; its log stays.
+class CleanDaemon : public DaemonProcess {
+ public:
+  explicit CleanDaemon(const std::string& dir) : DaemonProcess(dir) {}
+  ~CleanDaemon() {
+    Stop();
+    std::error_code ec;
+    std::filesystem::remove_all(nvme(), ec);
+  }
+};
+
 }  // namespace strata
 
 #endif  // STRATA_TESTS_DAEMON_FIXTURE_H_

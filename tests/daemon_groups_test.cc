@@ -209,7 +209,7 @@ void ExpectParams(Job2& job, const std::vector<std::vector<float>>& expected) {
 }
 
 TEST(DaemonGroupsTest, TwoGroupsWithAScheduleMatchTheLocalOptimizerPerTensor) {
-  DaemonProcess daemon(TestDir("offload"));
+  CleanDaemon daemon(TestDir("offload"));
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
   ASSERT_TRUE(client->CreateJob(OffloadSpec("groups")).ok());
@@ -222,7 +222,7 @@ TEST(DaemonGroupsTest, TwoGroupsWithAScheduleMatchTheLocalOptimizerPerTensor) {
 }
 
 TEST(DaemonGroupsTest, StepsWithoutBeginStepKeepTheLastValuesAndTheJobsBeforeAny) {
-  DaemonProcess daemon(TestDir("sticky"));
+  CleanDaemon daemon(TestDir("sticky"));
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
   ASSERT_TRUE(client->CreateJob(OffloadSpec("sticky")).ok());
@@ -237,7 +237,7 @@ TEST(DaemonGroupsTest, StepsWithoutBeginStepKeepTheLastValuesAndTheJobsBeforeAny
 TEST(DaemonGroupsTest, InfinityGroupsSurviveADaemonRestart) {
   const std::string dir = TestDir("infinity");
   {
-    DaemonProcess daemon(dir);
+    DaemonProcess daemon(dir);  // its NVMe files are what the restart finds
     ASSERT_TRUE(daemon.Start());
     auto client = daemon.Connect();
     ASSERT_TRUE(client->CreateJob(InfinitySpec("inf")).ok());
@@ -249,7 +249,7 @@ TEST(DaemonGroupsTest, InfinityGroupsSurviveADaemonRestart) {
     client.reset();
     EXPECT_EQ(daemon.Stop(), 0);
   }
-  DaemonProcess daemon(dir);
+  CleanDaemon daemon(dir);
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
   Job2 job;
@@ -263,7 +263,7 @@ TEST(DaemonGroupsTest, InfinityGroupsSurviveADaemonRestart) {
 
 TEST(DaemonGroupsTest, ACheckpointKeepsGroupsAndHyperparameters) {
   const std::string dir = TestDir("ckpt");
-  DaemonProcess daemon(dir);
+  CleanDaemon daemon(dir);
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
   ASSERT_TRUE(client->CreateJob(OffloadSpec("saved")).ok());
@@ -293,7 +293,7 @@ TEST(DaemonGroupsTest, ACheckpointKeepsGroupsAndHyperparameters) {
 }
 
 TEST(DaemonGroupsTest, BeginStepErrorsNameTheProblem) {
-  DaemonProcess daemon(TestDir("errors"));
+  CleanDaemon daemon(TestDir("errors"));
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
   ASSERT_TRUE(client->CreateJob(OffloadSpec("bad")).ok());

@@ -110,14 +110,14 @@ JobSpec Spec(const std::string& name, bool infinity) {
   return spec;
 }
 
-void RunSupplied(StrataClient& client, const std::string& name, bool infinity) {
+void RunSupplied(StrataClient& client, const std::string& name, bool infinity, bool flat) {
   ASSERT_TRUE(client.CreateJob(Spec(name, infinity)).ok());
   std::vector<std::unique_ptr<RankSession>> ranks;
   for (uint32_t r = 0; r < 2; ++r) {
     auto s = client.Attach(name, r);
     ASSERT_TRUE(s.ok()) << s.status();
     ranks.push_back(std::move(*s));
-    const std::vector<ShardLayoutSpec> mine = Halves(r, !infinity);
+    const std::vector<ShardLayoutSpec> mine = Halves(r, flat);
     absl::Status registered = ranks[r]->RegisterTensors(Model(), mine);
     ASSERT_TRUE(registered.ok()) << registered;
     // The daemon follows the trainer's partition.
@@ -174,11 +174,14 @@ void RunSupplied(StrataClient& client, const std::string& name, bool infinity) {
 
 TEST(DaemonPartitionTest, SuppliedPartitionsStepBitForBitInOffloadAndInfinity) {
   const std::string dir = TestDir("ok");
-  DaemonProcess daemon(dir);
+  CleanDaemon daemon(dir);
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
-  RunSupplied(*client, "flat", /*infinity=*/false);
-  RunSupplied(*client, "per-tensor", /*infinity=*/true);
+  RunSupplied(*client, "flat", /*infinity=*/false, /*flat=*/true);
+  RunSupplied(*client, "per-tensor", /*infinity=*/true, /*flat=*/false);
+  // Infinity with one shard of all tensors: the NVMe tile pipeline steps
+  // runs of both groups within a shard.
+  RunSupplied(*client, "inf-flat", /*infinity=*/true, /*flat=*/true);
   // A checkpoint keeps the supplied partitions: loaded and saved again, it is
   // the same bytes.
   ASSERT_TRUE(client->SaveCheckpoint("flat", dir + "/ckpt").ok());
@@ -211,7 +214,7 @@ TEST(DaemonPartitionTest, SuppliedPartitionsStepBitForBitInOffloadAndInfinity) {
 }
 
 TEST(DaemonPartitionTest, BadPartitionsAreRefusedNamingTheProblem) {
-  DaemonProcess daemon(TestDir("bad"));
+  CleanDaemon daemon(TestDir("bad"));
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
   ASSERT_TRUE(client->CreateJob(Spec("job", false)).ok());
