@@ -31,10 +31,13 @@ void LossScaler::Update(bool overflow) {
       state_.last_overflow_iteration = state_.iteration;
       state_.any_overflow = true;
     } else {
-      // Steps since the last overflow (or since the start) fill the window.
+      // As DeepSpeed 0.19's DynamicLossScaler: the scale doubles when the
+      // clean steps before this one since the last overflow (or the start)
+      // fill a window, i.e. on the (window+1)-th clean step.
       const uint64_t since = state_.any_overflow ? state_.iteration - state_.last_overflow_iteration
                                                  : state_.iteration + 1;
-      if (since % config_.loss_scale_window == 0) {
+      const uint64_t stable = since - 1;
+      if (stable > 0 && stable % config_.loss_scale_window == 0) {
         state_.hysteresis_left = config_.hysteresis;
         state_.scale *= 2.0;
       }

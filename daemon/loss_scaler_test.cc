@@ -32,9 +32,19 @@ TEST(LossScalerTest, DoublesAfterAWindowWithoutOverflow) {
   EXPECT_EQ(s.scale(), 32768.0);
   s.Update(false);
   s.Update(false);
+  s.Update(false);
   EXPECT_EQ(s.scale(), 32768.0);
-  s.Update(false);  // three clean steps since the overflow
+  s.Update(false);  // a window of three clean steps before this one (DeepSpeed 0.19)
   EXPECT_EQ(s.scale(), 65536.0);
+}
+
+TEST(LossScalerTest, FirstDoublingWithoutOverflowAsDeepSpeed) {
+  LossScaler s(Fp16(2, 2));
+  s.Update(false);
+  s.Update(false);
+  EXPECT_EQ(s.scale(), 65536.0);
+  s.Update(false);  // iterations 0 and 1 were clean: DeepSpeed's stable_interval 2
+  EXPECT_EQ(s.scale(), 131072.0);
 }
 
 TEST(LossScalerTest, NeverBelowTheMinimumAndStaticScalesStay) {

@@ -46,3 +46,6 @@ kill -TERM "$pid"
 wait "$pid"
 pid=""
 echo "== stratad stopped cleanly"
+
+echo "== a small GPT-style PyTorch model: 2 ranks through stratad (ZeRO-Offload) next to torch.optim.AdamW"
+bash scripts/train_gpt.sh

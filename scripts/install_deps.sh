@@ -13,3 +13,4 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libhwy-dev liburing-dev libaio-dev libgoogle-glog-dev libgflags-dev libxxhash-dev \
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev \
   fio python3 python3-torch python3-numpy
+$SUDO apt-get install -y -q --no-install-recommends pybind11-dev python3-dev  # python/: the strata package's extension

@@ -23,4 +23,6 @@ if [ ! -f "$STAMP" ]; then
     "matplotlib" "ninja" "pybind11" >&2
   touch "$STAMP"
 fi
+# accelerate: the runtime of Hugging Face's Trainer (tests/python/test_hf_trainer.py).
+[ -f "$VENV/.strata-venv-accelerate" ] || { "$VENV/bin/python" -m pip install -q "accelerate==1.15.0" >&2 && touch "$VENV/.strata-venv-accelerate"; }
 echo "$VENV"
