@@ -42,6 +42,7 @@ constexpr char kUsage[] =
     "                         [--torch-default-malloc-steps 2] [--python /usr/bin/python3]\n"
     "                         [--torch-script PATH] [--no-peers] [--peers LIST]\n"
     "                         [--peer-steps 5] [--make-venv] [--debian-python PATH]\n"
+    "                         [--no-peer-build]\n"
     "Times one optimizer step over --size fp32 elements (fastest of 2 x --steps after\n"
     "--warmup) for AdamW fp32 grads, AdamW fp16 in/out, AdamW bf16 in/out, Adagrad\n"
     "fp16 and Lion fp16, against a bandwidth probe with the optimizer's memory\n"
@@ -68,6 +69,7 @@ struct Flags {
   bool make_venv = false;
   std::vector<std::string> peer_names = {"torch_fused", "deepspeed", "torch_foreach"};
   int peer_steps = 5;
+  bool peer_build = true;
 };
 
 absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view text, int min, int max) {
@@ -123,6 +125,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       f.make_venv = true;
     } else if (arg == "--no-peers") {
       f.peers = false;
+    } else if (arg == "--no-peer-build") {
+      f.peer_build = false;
     } else if (arg == "--peer-steps") {
       STRATA_ASSIGN_OR_RETURN(std::string v, value());
       STRATA_ASSIGN_OR_RETURN(f.peer_steps, ParseInt(arg, v, 1, 100000));
@@ -458,6 +462,7 @@ absl::Status Run(const Flags& f) {
     po.peers = f.peer_names;
     po.size = n;
     po.steps = f.peer_steps;
+    po.build_deepspeed_ops = f.peer_build;
     std::vector<std::string> keys;
     for (const Variant& v : Variants()) {
       keys.push_back(AdamPeerVariantKey(OptimizerKindName(v.kind), DTypeName(v.grad),

@@ -56,6 +56,7 @@ std::vector<AdamPeerResult> MeasureAdamPeers(const AdamPeerOptions& o, const std
       cmd.argv = {python, o.script, "--peer", peer, "--variants", absl::StrJoin(variants, ","), "--size",
                   absl::StrCat(o.size), "--threads", absl::StrCat(t), "--warmup", absl::StrCat(o.warmup),
                   "--steps", absl::StrCat(o.steps)};
+      if (!o.build_deepspeed_ops) cmd.argv.push_back("--no-build");
       cmd.env = TunedMalloc();
       cmd.env.push_back(absl::StrCat("OMP_NUM_THREADS=", t));
       cmd.env.push_back(absl::StrCat("MKL_NUM_THREADS=", t));

@@ -31,6 +31,7 @@ struct AdamPeerOptions {
   uint64_t size = 0;
   int warmup = 2;
   int steps = 5;
+  bool build_deepspeed_ops = true;  // false: ops not yet JIT-built are reported, not built
 };
 
 struct AdamPeerResult {

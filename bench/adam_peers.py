@@ -2,7 +2,7 @@
 
 Usage: PYTHON adam_peers.py --peer torch_fused|deepspeed|torch_foreach
            --variants adamw:fp32:none,adamw:fp16:fp16,... --size N --threads T
-           [--warmup 2] [--steps 5]
+           [--warmup 2] [--steps 5] [--no-build]
 
 A variant is ALGO:GRAD:OUT as strata bench adam names it (algo adamw, adagrad or
 lion; grad fp32/fp16/bf16; out none/fp16/bf16). Every peer keeps fp32 master
@@ -60,7 +60,24 @@ def torch_optimizer(algo, params, how):
     raise Unsupported(f"torch {torch.__version__} has no {algo} optimizer")
 
 
+def require_built(builder_cls):
+    """With --no-build, a DeepSpeed op that is not in the JIT cache yet is
+    reported instead of built (a first build takes minutes on 2 busy cores)."""
+    if not NO_BUILD:
+        return
+    from torch.utils.cpp_extension import _get_build_directory
+    name = builder_cls().name
+    directory = _get_build_directory(name, verbose=False)
+    if not os.path.exists(os.path.join(directory, f"{name}.so")):
+        raise Unsupported(f"DeepSpeed's {name} op is not built yet (--no-build; {directory})")
+
+
+NO_BUILD = False
+
+
 def deepspeed_optimizer(algo, params):
+    from deepspeed.ops.op_builder import CPUAdagradBuilder, CPUAdamBuilder, CPULionBuilder
+    require_built({"adamw": CPUAdamBuilder, "adagrad": CPUAdagradBuilder}.get(algo, CPULionBuilder))
     if algo == "adamw":
         from deepspeed.ops.adam import DeepSpeedCPUAdam
         return DeepSpeedCPUAdam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
@@ -130,7 +147,11 @@ def main():
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--no-build", action="store_true",
+                    help="deepspeed: skip ops not JIT-built yet instead of building them")
     args = ap.parse_args()
+    global NO_BUILD
+    NO_BUILD = args.no_build
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     try:

@@ -67,8 +67,10 @@ def plot_adam(j, out):
                color="black", zorder=5, label="bandwidth limit")
     for x, r in zip(xs, rows):
         if r.get("speedup_vs_best_peer"):
-            ax.annotate(f"{r['speedup_vs_best_peer']:.2f}x", (x, r["elements_per_s"] / 1e9),
-                        ha="center", va="bottom", fontsize=8)
+            top = max([r["elements_per_s"], r["limit_elements_per_s"]] +
+                      [v or 0 for v in (r.get("peers") or {}).values()]) / 1e9
+            ax.annotate(f"{r['speedup_vs_best_peer']:.2f}x", (x, top * 1.03), ha="center", va="bottom",
+                        fontsize=8, fontweight="bold")
     ax.set_xticks(list(xs))
     ax.set_xticklabels([variant_label(r) for r in rows], fontsize=8)
     ax.set_ylabel("Gelem/s (fastest step)")
