@@ -38,6 +38,8 @@ const std::vector<NamedBench>& Benches() {
 void PrintUsage(FILE* out) {
   std::fprintf(out, "usage: strata bench <name> [flags]\n\nbenchmarks:\n");
   for (const NamedBench& b : Benches()) std::fprintf(out, "  %-9s %s\n", b.name, b.help);
+  std::fprintf(out, "\nadam, io, prefetch and rpc also take --plot FILE.png (drawn by bench/plot.py from their "
+                    "--json)\n");
 }
 
 }  // namespace
