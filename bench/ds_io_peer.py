@@ -55,7 +55,11 @@ def main():
     # One page-locked buffer for every request, allocated through the first
     # handle as DeepSpeed's benchmark does (any handle can free it).
     first = aio.aio_handle(1 << 20, 8, False, True, 1)
-    buf = first.new_cpu_locked_tensor(args.io_size, torch.empty(0, dtype=torch.uint8))
+    try:
+        buf = first.new_cpu_locked_tensor(args.io_size, torch.empty(0, dtype=torch.uint8))
+    except Exception as e:  # noqa: BLE001 -- e.g. mlock refused
+        say({"error": f"aio_handle.new_cpu_locked_tensor({args.io_size}) failed: {type(e).__name__}: {e}"})
+        sys.exit(3)
     buf.fill_(7)  # fault the pages in before any timing
     say({"ready": True, "deepspeed": deepspeed.__version__, "torch": torch.__version__})
     for line in sys.stdin:
