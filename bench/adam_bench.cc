@@ -23,6 +23,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/adam_bandwidth_probe.h"
+#include "bench/adam_peers.h"
+#include "bench/peer_process.h"
 #include "core/byte_size.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
@@ -40,13 +42,19 @@ constexpr char kUsage[] =
     "                         [--json FILE] [--pin] [--no-torch] [--torch-steps 5]\n"
     "                         [--torch-default-malloc-steps 2] [--python /usr/bin/python3]\n"
     "                         [--torch-script PATH] [--target AVX2|SSE4|AVX3|...]\n"
+    "                         [--no-peers] [--peers LIST] [--peer-steps 5] [--make-venv]\n"
+    "                         [--debian-python PATH] [--no-peer-build]\n"
     "Times one optimizer step over --size fp32 elements (fastest of 2 x --steps after\n"
     "--warmup) for AdamW fp32 grads, AdamW fp16 in/out, AdamW bf16 in/out, Adagrad\n"
     "fp16, Lion fp16, LAMB fp32 and LAMB fp16 in/out, against a bandwidth probe\n"
     "with the optimizer's memory pattern and torch.optim.AdamW (foreach on/off,\n"
     "default and tuned malloc).\n"
     "--target runs the kernels (and the probe) on that Highway target instead of\n"
-    "the CPU's best, e.g. the AVX2 kernels on an AVX-512 machine.\n";
+    "the CPU's best, e.g. the AVX2 kernels on an AVX-512 machine.\n"
+    "Peers, same variants, same run (--peers, default all): torch_fused (torch 2.x\n"
+    "fused=True from the venv: --python, else $STRATA_PYTHON, else <repo>/.venv;\n"
+    "--make-venv creates it), deepspeed (DeepSpeedCPUAdam/Adagrad/Lion from the\n"
+    "venv), torch_foreach (--debian-python, default /usr/bin/python3).\n";
 
 struct Flags {
   uint64_t size = 100'000'000;
@@ -58,9 +66,15 @@ struct Flags {
   bool torch = true;
   int torch_steps = 5;
   int torch_default_malloc_steps = 2;
-  std::string python = "/usr/bin/python3";
+  std::string python;  // the venv's (torch 2.x, DeepSpeed); found by FindVenvPython when empty
+  std::string debian_python = "/usr/bin/python3";  // torch 1.13: foreach peer and the torch rows
   std::string torch_script = STRATA_ADAM_TORCH_PEER_SCRIPT;
   std::string target;  // Highway target name; empty: the CPU's best
+  bool peers = true;
+  bool make_venv = false;
+  std::vector<std::string> peer_names = {"torch_fused", "deepspeed", "torch_foreach"};
+  int peer_steps = 5;
+  bool peer_build = true;
 };
 
 absl::StatusOr<int> ParseInt(absl::string_view flag, absl::string_view text, int min, int max) {
@@ -110,6 +124,28 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       STRATA_ASSIGN_OR_RETURN(f.json_path, value());
     } else if (arg == "--python") {
       STRATA_ASSIGN_OR_RETURN(f.python, value());
+    } else if (arg == "--debian-python") {
+      STRATA_ASSIGN_OR_RETURN(f.debian_python, value());
+    } else if (arg == "--make-venv") {
+      f.make_venv = true;
+    } else if (arg == "--no-peers") {
+      f.peers = false;
+    } else if (arg == "--no-peer-build") {
+      f.peer_build = false;
+    } else if (arg == "--peer-steps") {
+      STRATA_ASSIGN_OR_RETURN(std::string v, value());
+      STRATA_ASSIGN_OR_RETURN(f.peer_steps, ParseInt(arg, v, 1, 100000));
+    } else if (arg == "--peers") {
+      STRATA_ASSIGN_OR_RETURN(std::string v, value());
+      f.peer_names.clear();
+      for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+        if (p != "torch_fused" && p != "deepspeed" && p != "torch_foreach") {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--peers: '", p, "' is not torch_fused, deepspeed or torch_foreach"));
+        }
+        f.peer_names.emplace_back(p);
+      }
+      if (f.peer_names.empty()) return absl::InvalidArgumentError("--peers: give e.g. torch_fused,deepspeed");
     } else if (arg == "--torch-script") {
       STRATA_ASSIGN_OR_RETURN(f.torch_script, value());
     } else if (arg == "--target") {
@@ -243,7 +279,7 @@ absl::StatusOr<TorchRun> RunTorch(const Flags& f, int threads, bool foreach, boo
                                   int steps) {
   const std::string cmd = absl::StrCat(
       "env OMP_NUM_THREADS=", threads, " MKL_NUM_THREADS=", threads, " ",
-      tuned ? kTunedMalloc : "", " ", f.python, " ", f.torch_script, " --size ", f.size,
+      tuned ? kTunedMalloc : "", " ", f.debian_python, " ", f.torch_script, " --size ", f.size,
       " --threads ", threads, " --foreach ", foreach ? 1 : 0, " --warmup 2 --steps ", steps);
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", cmd));
@@ -429,6 +465,35 @@ absl::Status Run(const Flags& f) {
       }
     }
   }
+  // The peers of issue 12: every variant, each peer its best way.
+  std::vector<AdamPeerResult> peer_results;
+  if (f.peers) {
+    AdamPeerOptions po;
+    std::string how;
+    absl::StatusOr<std::string> venv = FindVenvPython(f.python, f.make_venv, &how);
+    if (venv.ok()) {
+      po.venv_python = *venv;
+      std::printf("  peers: venv python %s (%s)\n", venv->c_str(), how.c_str());
+    } else {
+      po.venv_missing = std::string(venv.status().message());
+      std::printf("  peers: %s; measuring torch_foreach only\n", po.venv_missing.c_str());
+    }
+    po.debian_python = f.debian_python;
+    po.script = STRATA_ADAM_PEERS_SCRIPT;
+    po.peers = f.peer_names;
+    po.size = n;
+    po.steps = f.peer_steps;
+    po.build_deepspeed_ops = f.peer_build;
+    std::vector<std::string> keys;
+    for (const Variant& v : Variants()) {
+      keys.push_back(AdamPeerVariantKey(OptimizerKindName(v.kind), DTypeName(v.grad),
+                                        v.out ? DTypeName(*v.out) : "none"));
+    }
+    peer_results = MeasureAdamPeers(po, keys, f.threads);
+  }
+  auto variant_key = [](const Variant& v) {
+    return AdamPeerVariantKey(OptimizerKindName(v.kind), DTypeName(v.grad), v.out ? DTypeName(*v.out) : "none");
+  };
   auto best_torch = [&](int threads, bool foreach) {
     double best = 0;
     for (const TorchRun& r : torch_runs) {
@@ -470,6 +535,12 @@ absl::Status Run(const Flags& f) {
         {"cpu_share", r.cpu_share},
         {"kernel_target", CpuOptimizer::KernelTarget()},
     });
+    std::string best_peer;
+    const double best = BestAdamPeer(peer_results, variant_key(*r.variant), r.threads, &best_peer);
+    json_results.back()["peers"] = AdamPeersJson(peer_results, variant_key(*r.variant), r.threads);
+    json_results.back()["best_peer"] = best > 0 ? nlohmann::json(best_peer) : nlohmann::json(nullptr);
+    json_results.back()["speedup_vs_best_peer"] =
+        best > 0 ? nlohmann::json(r.elements_per_s / best) : nlohmann::json(nullptr);
   }
   if (!torch_runs.empty()) {
     std::printf("\ntorch.optim.AdamW (10 tensors, fp32; best of default/tuned malloc):\n");
@@ -479,8 +550,18 @@ absl::Status Run(const Flags& f) {
                   best_torch(threads, false) / 1e9);
     }
   }
+  nlohmann::json peer_targets;
+  if (f.peers) {
+    std::vector<AdamOurRow> ours;
+    for (const Result& r : results) {
+      ours.push_back({r.variant->label, variant_key(*r.variant), r.threads, r.elements_per_s});
+    }
+    peer_targets = PrintAdamPeerTable(ours, peer_results);
+  }
   if (!f.json_path.empty()) {
     nlohmann::json j;
+    j["peers"] = AdamPeerResultsJson(peer_results);
+    j["peer_targets"] = peer_targets;
     j["bandwidth_gbps"] = probe_gbps.empty() ? 0.0 : probe_gbps.back().second;
     j["probe"] = nlohmann::json::array();
     for (auto [threads, gbps] : probe_gbps) {

@@ -2,11 +2,13 @@
 // runs it. Kept out of the shipped `strata` and `stratad` binaries.
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "bench/adam_bench.h"
 #include "bench/io_bench.h"
 #include "bench/offload_bench.h"
+#include "bench/plot_runner.h"
 #include "bench/prefetch_bench.h"
 #include "bench/rpc_bench.h"
 #include "bench/tiers_bench.h"
@@ -39,6 +41,8 @@ const std::vector<NamedBench>& Benches() {
 void PrintUsage(FILE* out) {
   std::fprintf(out, "usage: strata bench <name> [flags]\n\nbenchmarks:\n");
   for (const NamedBench& b : Benches()) std::fprintf(out, "  %-9s %s\n", b.name, b.help);
+  std::fprintf(out, "\nadam, io, prefetch and rpc also take --plot FILE.png (drawn by bench/plot.py from their "
+                    "--json)\n");
 }
 
 }  // namespace
@@ -54,7 +58,30 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const NamedBench& b : Benches()) {
-    if (std::strcmp(argv[1], b.name) == 0) return b.run(argc - 1, argv + 1);
+    if (std::strcmp(argv[1], b.name) != 0) continue;
+    // --plot FILE.png (adam, io, prefetch, rpc): run with --json, then draw it.
+    std::vector<std::string> args(argv + 1, argv + argc);
+    absl::StatusOr<std::optional<strata::PlotRequest>> plot = strata::TakePlotFlag(&args);
+    if (!plot.ok()) {
+      std::fprintf(stderr, "strata bench %s: %s\n", b.name, std::string(plot.status().message()).c_str());
+      return 2;
+    }
+    if (!plot->has_value()) return b.run(argc - 1, argv + 1);
+    if (std::strcmp(b.name, "offload") == 0) {
+      std::fprintf(stderr, "strata bench offload: --plot is for adam, io, prefetch and rpc\n");
+      return 2;
+    }
+    std::vector<char*> cargs;
+    for (std::string& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    const int rc = b.run(static_cast<int>(args.size()), cargs.data());
+    if (rc != 0) return rc;
+    const absl::Status drawn = strata::DrawPlot(b.name, **plot);
+    if (!drawn.ok()) {
+      std::fprintf(stderr, "strata bench %s: %s\n", b.name, std::string(drawn.message()).c_str());
+      return 1;
+    }
+    return 0;
   }
   std::fprintf(stderr, "strata bench: unknown benchmark '%s'; run 'strata bench help' for the list\n",
                argv[1]);

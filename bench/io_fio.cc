@@ -23,7 +23,21 @@ namespace strata {
 namespace {
 
 // Runs argv, waits, returns the exit status; stdout/stderr go to `log_path`.
-absl::StatusOr<int> Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+absl::StatusOr<int> Spawn(const std::vector<std::string>& argv, const std::string& log_path,
+                          const std::vector<std::string>& extra_env = {}) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    absl::string_view kv(*e);
+    bool replaced = false;
+    for (const std::string& x : extra_env) {
+      if (kv.substr(0, kv.find('=') + 1) == absl::string_view(x).substr(0, x.find('=') + 1)) replaced = true;
+    }
+    if (!replaced) env_strings.emplace_back(kv);
+  }
+  for (const std::string& x : extra_env) env_strings.push_back(x);
+  std::vector<char*> cenv;
+  for (std::string& e : env_strings) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
   std::vector<char*> cargv;
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
@@ -33,7 +47,7 @@ absl::StatusOr<int> Spawn(const std::vector<std::string>& argv, const std::strin
                                    O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0].c_str(), &actions, nullptr, cargv.data(), environ);
+  int rc = posix_spawnp(&pid, argv[0].c_str(), &actions, nullptr, cargv.data(), cenv.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) return ErrnoToStatus(rc, absl::StrCat("starting ", argv[0]));
   int status = 0;
@@ -143,7 +157,9 @@ absl::StatusOr<double> RunFio(const FioJob& job) {
   std::vector<std::string> argv = {"fio"};
   for (std::string& a : FioArguments(job)) argv.push_back(std::move(a));
   std::string log = job.output_path + ".log";
-  STRATA_ASSIGN_OR_RETURN(int rc, Spawn(argv, log));
+  std::vector<std::string> env;
+  if (job.thp_malloc) env.push_back("GLIBC_TUNABLES=glibc.malloc.hugetlb=1");
+  STRATA_ASSIGN_OR_RETURN(int rc, Spawn(argv, log, env));
   std::string report = ReadFile(job.output_path);
   std::string log_text = ReadFile(log);
   unlink(log.c_str());

@@ -33,6 +33,12 @@ struct FioJob {
   // Passed as --iomem when set, e.g. "mmaphuge:/dev/hugepages/strata-fio" to
   // give fio huge-page buffers like ours (needs hugetlbfs pages reserved).
   std::string iomem;
+  // Runs fio with GLIBC_TUNABLES=glibc.malloc.hugetlb=1: glibc then
+  // madvise(MADV_HUGEPAGE)s the mmap'd chunks fio's --iomem=malloc buffers
+  // come from, so fio's buffers sit on 2 MiB transparent huge pages like
+  // ours -- without reserving hugetlbfs pages, which mmaphuge/shmhuge need
+  // (nr_hugepages is 0 on these machines) and which change the host.
+  bool thp_malloc = false;
   std::string output_path;  // fio's JSON report
 };
 

@@ -17,9 +17,41 @@ void ChunkHasher::Add(StreamingChecksum* sum, const void* data, size_t size) {
   jobs_.push_back(Job{sum, data, size});
 }
 
-void ChunkHasher::Drain() {
+ChunkHasher::Job ChunkHasher::Claim() {
+  Job job = jobs_.front();
+  jobs_.pop_front();
+  busy_ = true;
+  return job;
+}
+
+void ChunkHasher::Run(const Job& job) {
+  job.sum->Update(job.data, job.size);
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(this, &ChunkHasher::Idle));
+  busy_ = false;
+}
+
+void ChunkHasher::Drain() {
+  while (true) {
+    Job job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &ChunkHasher::ClaimableOrIdle));
+      if (Idle()) return;
+      job = Claim();
+    }
+    Run(job);
+  }
+}
+
+bool ChunkHasher::TryHashOne() {
+  Job job;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!Claimable()) return false;
+    job = Claim();
+  }
+  Run(job);
+  return true;
 }
 
 void ChunkHasher::Loop() {
@@ -27,15 +59,11 @@ void ChunkHasher::Loop() {
     Job job;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &ChunkHasher::HasWorkOrStop));
-      if (jobs_.empty()) return;  // stop_, nothing left
-      job = jobs_.front();
-      jobs_.pop_front();
-      busy_ = true;
+      mu_.Await(absl::Condition(this, &ChunkHasher::ClaimableOrStop));
+      if (!Claimable()) return;  // stop_ and nothing left
+      job = Claim();
     }
-    job.sum->Update(job.data, job.size);
-    absl::MutexLock lock(&mu_);
-    busy_ = false;
+    Run(job);
   }
 }
 

@@ -441,6 +441,10 @@ absl::Status ExtentStoreImpl::Init() {
   return absl::OkStatus();
 }
 
+// See RunExtentIo: the fewest chunks in flight at which the I/O thread will
+// hash a queued chunk itself instead of sleeping in Reap.
+constexpr size_t kInlineHashInFlight = 4;
+
 template <typename OnChunk>
 absl::Status ExtentStoreImpl::RunExtentIo(Lane& lane, IoOp op, const ExtentRecord& rec, std::byte* data,
                                           OnChunk on_chunk) {
@@ -517,7 +521,19 @@ absl::Status ExtentStoreImpl::RunExtentIo(Lane& lane, IoOp op, const ExtentRecor
       hashed = true;
       if (finished < to_finish) STRATA_RETURN_IF_ERROR(collect(absl::ZeroDuration()));
     }
-    if (!hashed && finished < to_finish) STRATA_RETURN_IF_ERROR(collect(absl::InfiniteDuration()));
+    if (!hashed && finished < to_finish) {
+      // Nothing new to hand over. With a few chunks still queued at the
+      // device (>= kInlineHashInFlight: milliseconds of its work against
+      // ~0.1 ms to hash a chunk), hash a queued chunk on this thread rather
+      // than sleep -- on a loaded machine the hasher thread may not get a CPU
+      // for a whole slice, and the bytes it owes are then the tail of this
+      // call -- and reap without blocking. Otherwise sleep until a completion.
+      if (submitted - finished >= kInlineHashInFlight && lane.hasher->TryHashOne()) {
+        STRATA_RETURN_IF_ERROR(collect(absl::ZeroDuration()));
+      } else {
+        STRATA_RETURN_IF_ERROR(collect(absl::InfiniteDuration()));
+      }
+    }
   }
   // Reads: the chunks that arrived with the last completions.
   for (; op == IoOp::kRead && first_error.ok() && next_in_order < total && done[next_in_order];
