@@ -24,6 +24,13 @@ def _stratad_binary():
     return path
 
 
+# One checkpoint root for every daemon of the session: stratad saves
+# checkpoints only beneath its --checkpoint_root, and the optimizer's
+# state_dict() makes its directories under $STRATA_CHECKPOINT_ROOT.
+CHECKPOINT_ROOT = tempfile.mkdtemp(prefix="strata-ckpt-root-")
+os.environ["STRATA_CHECKPOINT_ROOT"] = CHECKPOINT_ROOT
+
+
 class Daemon:
     def __init__(self, directory):
         self.dir = directory
@@ -32,7 +39,7 @@ class Daemon:
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [_stratad_binary(), "--socket", self.socket, "--device", "emulated", "--io_engine", "psync",
-                 "--optimizer_threads", "1"],
+                 "--optimizer_threads", "1", "--checkpoint_root", CHECKPOINT_ROOT],
                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while time.time() < deadline:

@@ -483,7 +483,15 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         """Each daemon's leader saves its job; every rank gets its daemon's directory."""
         directory = None
         if self._is_leader:
-            directory = os.path.join(tempfile.mkdtemp(prefix="strata-state-"), "ckpt")
+            # stratad writes checkpoints only beneath its --checkpoint_root
+            # (docs/SECURITY.md); this process reads them back from there.
+            root = os.environ.get("STRATA_CHECKPOINT_ROOT")
+            if not root:
+                raise RuntimeError(
+                    "state_dict()/load_state_dict() go through stratad's checkpoints: set "
+                    "STRATA_CHECKPOINT_ROOT to the daemon's --checkpoint_root (a directory this "
+                    "process can read)")
+            directory = os.path.join(tempfile.mkdtemp(prefix="strata-state-", dir=root), "ckpt")
             self._client.save_checkpoint(self._job, directory)
         return self._comm.all_gather_object(directory)[self._local_ranks[0]]
 
