@@ -189,7 +189,7 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   spec.world_size = 1;
   spec.mode = mode;
   spec.deepspeed_config_json = absl::StrCat(
-      R"({"zero_optimization": {"stage": )", mode == JobMode::kInfinity ? 3 : 2,
+      R"({"gradient_clipping": 0, "zero_optimization": {"stage": )", mode == JobMode::kInfinity ? 3 : 2,
       mode == JobMode::kOffload ? absl::StrCat(R"(, "sub_group_size": )", sub_group) : "",
       R"(}, "optimizer": {"type": "AdamW", "params": {"lr": )", kLr, R"(, "weight_decay": )", kWeightDecay,
       R"(}}, "fp16": {"enabled": true}})");

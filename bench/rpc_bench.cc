@@ -129,7 +129,7 @@ absl::StatusOr<std::unique_ptr<RankSession>> RpcBench::OpenRank(const std::strin
   spec.world_size = 1;
   spec.mode = JobMode::kOffload;
   spec.deepspeed_config_json = absl::StrCat(
-      R"({"zero_optimization": {"stage": 2, "sub_group_size": )", sub_group,
+      R"({"gradient_clipping": 0, "zero_optimization": {"stage": 2, "sub_group_size": )", sub_group,
       R"(}, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "fp16": {"enabled": true}})");
   spec.param_dtype = DType::kFp16;
   spec.grad_dtype = DType::kFp16;

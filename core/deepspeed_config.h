@@ -148,18 +148,19 @@ struct OptimizerConfig {
   std::vector<std::string> unusable;
 };
 
+// DeepSpeed 0.19.8's GRADIENT_CLIPPING_DEFAULT.
+inline constexpr double kDeepSpeedDefaultGradientClipping = 1.0;
+
 struct DeepSpeedConfig {
   ZeroConfig zero;
   AioConfig aio;
   LossScaleConfig fp16;
   bool bf16_enabled = false;  // "bf16", or its old name "bfloat16"
   std::optional<OptimizerConfig> optimizer;  // absent: the trainer brings its own
-  // The config's gradient_clipping; <= 0 = off. Absent or "auto" reads as 0
-  // (off), as stratad has always run it, although DeepSpeed 0.19.8 clips at
-  // its default 1.0 then (kDeepSpeedDefaultGradientClipping): a difference
-  // listed in docs/DEEPSPEED_CONFIG.md (`clipping-default`) for the lead to
-  // settle, since following DeepSpeed changes every job without the key.
-  double gradient_clipping = 0;
+  // The config's gradient_clipping; <= 0 = off. Absent or "auto" reads as
+  // DeepSpeed's default, 1.0 (kDeepSpeedDefaultGradientClipping), as
+  // DeepSpeed 0.19.8 runs it: a config that wants no clipping says 0.
+  double gradient_clipping = kDeepSpeedDefaultGradientClipping;
   bool gradient_clipping_given = false;  // the config set it (not "auto", not absent)
   std::optional<uint64_t> train_batch_size;                // absent or "auto"
   std::optional<uint64_t> train_micro_batch_size_per_gpu;  // absent or "auto"
@@ -172,8 +173,6 @@ struct DeepSpeedConfig {
   std::vector<std::string> warnings;
 };
 
-// DeepSpeed 0.19.8's GRADIENT_CLIPPING_DEFAULT.
-inline constexpr double kDeepSpeedDefaultGradientClipping = 1.0;
 
 // Deepest nesting of objects and arrays a config may have. DeepSpeed's own
 // configs are at most 5 deep; Python's json refuses about 1000.

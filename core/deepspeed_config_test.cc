@@ -144,9 +144,8 @@ TEST(DeepSpeedConfigTest, MissingKeysTakeDeepSpeedDefaults) {
   // DeepSpeed 0.19.8's defaults that older versions did not have.
   EXPECT_TRUE(c->zero.offload_optimizer.pin_memory);
   EXPECT_TRUE(c->zero.offload_param.pin_memory);
-  // Absent clipping stays off (DeepSpeed 0.19.8 would clip at 1.0: the
-  // `clipping-default` difference in docs/DEEPSPEED_CONFIG.md).
-  EXPECT_DOUBLE_EQ(c->gradient_clipping, 0.0);
+  // Absent clipping is DeepSpeed 0.19.8's default: clip at 1.0.
+  EXPECT_DOUBLE_EQ(c->gradient_clipping, 1.0);
   EXPECT_FALSE(c->gradient_clipping_given);
   EXPECT_EQ(c->tensor_parallel_autotp_size, 0u);
   // {} names no batch size: DeepSpeed refuses it at initialize, strata warns.

@@ -21,6 +21,7 @@ std::string OffloadDeepSpeedConfig(int micro_batch_rows) {
   return absl::StrCat(R"({
   "train_micro_batch_size_per_gpu": )", micro_batch_rows, R"(,
   "gradient_accumulation_steps": 1,
+  "gradient_clipping": 0,
   "zero_optimization": {
     "stage": 2,
     "offload_optimizer": {"device": "cpu", "pin_memory": true}
@@ -33,6 +34,7 @@ std::string InfinityDeepSpeedConfig(int micro_batch_rows, absl::string_view nvme
   return absl::StrCat(R"({
   "train_micro_batch_size_per_gpu": )", micro_batch_rows, R"(,
   "gradient_accumulation_steps": 1,
+  "gradient_clipping": 0,
   "zero_optimization": {
     "stage": 3,
     "offload_param": {"device": "nvme", "nvme_path": ")", path, R"(", "pin_memory": true},

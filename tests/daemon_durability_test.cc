@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tests/daemon_fixture.h"
+#include "tests/infinity_job.h"
 
 namespace strata {
 namespace {
@@ -43,34 +44,12 @@ std::vector<TensorDesc> Model() { return {{"w1", 5000}, {"b1", 37}, {"w2", 12000
 float InitialParam(uint32_t t, uint64_t e) { return std::sin(0.001f * (e + 1) + t); }
 float Grad(uint32_t t, uint64_t e, uint64_t step) { return std::cos(0.01f * e + t + 0.5f * step) * 0.1f; }
 
-template <typename Fn>
-void Fill(const ShardView& shard, std::byte* base, Fn value) {
-  float* out = reinterpret_cast<float*>(base);
-  for (const OwnedRange& r : shard.ranges) {
-    for (uint64_t e = 0; e < r.numel; ++e) out[r.shard_offset + e] = value(r.tensor.value(), r.tensor_offset + e);
-  }
-}
-
-JobSpec InfinitySpec(const std::string& name) {
-  JobSpec spec;
-  spec.name = name;
-  spec.world_size = 2;
-  spec.mode = JobMode::kInfinity;
-  spec.deepspeed_config_json =
-      R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
-          "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}},
-          "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
-  spec.param_dtype = DType::kFp32;
-  spec.grad_dtype = DType::kFp32;
-  spec.pinned_budget_bytes = 64 << 10;
-  return spec;
-}
 
 // Creates (when `create`) and runs `steps` steps of a two-rank Infinity job
 // from `first_step`; the sessions end when this returns.
 void RunJob(StrataClient& client, const std::string& name, int steps, int first_step, bool create) {
   if (create) {
-    ASSERT_TRUE(client.CreateJob(InfinitySpec(name)).ok());
+    ASSERT_TRUE(client.CreateJob(SmallInfinitySpec(name)).ok());
   }
   std::vector<std::unique_ptr<RankSession>> ranks;
   for (uint32_t r = 0; r < 2; ++r) {
@@ -79,7 +58,7 @@ void RunJob(StrataClient& client, const std::string& name, int steps, int first_
     ranks.push_back(std::move(*s));
     ASSERT_TRUE(ranks[r]->RegisterTensors(Model()).ok());
     if (first_step == 0) {
-      for (ShardView& shard : ranks[r]->shards()) Fill(shard, shard.param, InitialParam);
+      for (ShardView& shard : ranks[r]->shards()) FillOwned(shard, shard.param, InitialParam);
     }
   }
   if (first_step == 0) {
@@ -93,7 +72,7 @@ void RunJob(StrataClient& client, const std::string& name, int steps, int first_
   for (int step = first_step; step < first_step + steps; ++step) {
     for (uint32_t r = 0; r < 2; ++r) {
       for (ShardView& shard : ranks[r]->shards()) {
-        Fill(shard, shard.grad, [&](uint32_t t, uint64_t e) { return Grad(t, e, step); });
+        FillOwned(shard, shard.grad, [&](uint32_t t, uint64_t e) { return Grad(t, e, step); });
         ASSERT_TRUE(ranks[r]->GradReady(shard.index, step).ok());
       }
     }

@@ -29,7 +29,7 @@ std::string TestDir(const std::string& name) {
 }
 
 constexpr char kAdamW[] =
-    R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
+    R"({"gradient_clipping": 0, "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
 
 std::vector<TensorDesc> Model() { return {{"w1", 5000}, {"b1", 37}, {"w2", 12000}}; }
 
@@ -202,7 +202,7 @@ JobSpec InfinitySpec(const std::string& name) {
   spec.world_size = 2;
   spec.mode = JobMode::kInfinity;
   spec.deepspeed_config_json =
-      R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
+      R"({"gradient_clipping": 0, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
           "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}},
           "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
   spec.param_dtype = DType::kFp32;
@@ -419,7 +419,7 @@ TEST(DaemonE2ETest, BadRequestsGetClearErrorsAndTheDaemonKeepsServing) {
   EXPECT_EQ(client->CreateJob(spec).status().code(), absl::StatusCode::kInvalidArgument);
   spec.name = "j";
   spec.world_size = 2;
-  spec.deepspeed_config_json = R"({"zero_optimization": {"stage": 4}})";
+  spec.deepspeed_config_json = R"({"gradient_clipping": 0, "zero_optimization": {"stage": 4}})";
   auto bad_stage = client->CreateJob(spec);
   EXPECT_EQ(bad_stage.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad_stage.status().message().find("zero_optimization.stage"), std::string::npos);
@@ -517,7 +517,7 @@ TEST(DaemonE2ETest, ARankKilledMidStepCanReattachAndTheOtherJobIsUnharmed) {
   // Sub-groups of 4096 elements: each rank has several shards, so rank 1 can
   // die having sent only part of its gradient.
   spec.deepspeed_config_json =
-      R"({"zero_optimization": {"stage": 2, "sub_group_size": 4096}, "optimizer": {"type": "AdamW"}})";
+      R"({"gradient_clipping": 0, "zero_optimization": {"stage": 2, "sub_group_size": 4096}, "optimizer": {"type": "AdamW"}})";
   spec.param_dtype = DType::kFp32;
   spec.grad_dtype = DType::kFp32;
   ASSERT_TRUE(client->CreateJob(spec).ok());

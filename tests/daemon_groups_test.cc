@@ -66,7 +66,7 @@ JobSpec OffloadSpec(const std::string& name) {
   spec.mode = JobMode::kOffload;
   // Sub-groups of 4096 elements: flat shards are cut into several, and many
   // hold runs of both groups.
-  spec.deepspeed_config_json = R"({"zero_optimization": {"stage": 2, "sub_group_size": 4096},
+  spec.deepspeed_config_json = R"({"gradient_clipping": 0, "zero_optimization": {"stage": 2, "sub_group_size": 4096},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.005, "weight_decay": 0.05}}})";
   spec.param_dtype = DType::kFp32;
   spec.grad_dtype = DType::kFp32;
@@ -79,7 +79,7 @@ JobSpec InfinitySpec(const std::string& name) {
   spec.world_size = 2;
   spec.mode = JobMode::kInfinity;
   spec.deepspeed_config_json =
-      R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
+      R"({"gradient_clipping": 0, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
           "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}},
           "optimizer": {"type": "AdamW", "params": {"lr": 0.005, "weight_decay": 0.05}}})";
   spec.param_dtype = DType::kFp32;

@@ -100,10 +100,10 @@ JobSpec Spec(const std::string& name, bool infinity) {
   spec.world_size = 2;
   spec.mode = infinity ? JobMode::kInfinity : JobMode::kOffload;
   spec.deepspeed_config_json =
-      infinity ? R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
+      infinity ? R"({"gradient_clipping": 0, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
                      "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}},
                      "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})"
-               : R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})";
+               : R"({"gradient_clipping": 0, "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})";
   spec.param_dtype = DType::kFp32;
   spec.grad_dtype = DType::kFp32;
   if (infinity) spec.pinned_budget_bytes = 128 << 10;

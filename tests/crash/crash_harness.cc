@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/strata_client.h"
+#include "tests/infinity_job.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 
 namespace strata {
@@ -54,28 +55,6 @@ float Grad(uint32_t t, uint64_t e, uint64_t step, uint64_t seed) {
   return std::cos(0.01f * e + t + 0.5f * step + 0.3f * seed) * 0.1f;
 }
 
-template <typename Fn>
-void Fill(const ShardView& shard, std::byte* base, Fn value) {
-  float* out = reinterpret_cast<float*>(base);
-  for (const OwnedRange& r : shard.ranges) {
-    for (uint64_t e = 0; e < r.numel; ++e) out[r.shard_offset + e] = value(r.tensor.value(), r.tensor_offset + e);
-  }
-}
-
-JobSpec Spec(const std::string& name) {
-  JobSpec spec;
-  spec.name = name;
-  spec.world_size = 2;
-  spec.mode = JobMode::kInfinity;
-  spec.deepspeed_config_json =
-      R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
-          "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}},
-          "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
-  spec.param_dtype = DType::kFp32;
-  spec.grad_dtype = DType::kFp32;
-  spec.pinned_budget_bytes = 64 << 10;
-  return spec;
-}
 
 // Whole tensors after `steps` steps of the local optimizer.
 struct Reference {
@@ -372,7 +351,7 @@ class Harness {
         t = Track{t.name};
         t.seed = seed++;
         t.maybe = true;
-        if (absl::StatusOr<uint64_t> id = client->CreateJob(Spec(t.name)); !id.ok()) return fail("CreateJob", id.status());
+        if (absl::StatusOr<uint64_t> id = client->CreateJob(SmallInfinitySpec(t.name)); !id.ok()) return fail("CreateJob", id.status());
       }
       std::vector<std::unique_ptr<RankSession>> ranks;
       for (uint32_t r = 0; r < 2; ++r) {
@@ -382,7 +361,7 @@ class Harness {
         if (absl::Status st = ranks[r]->RegisterTensors(Model()); !st.ok()) return fail("RegisterTensors", st);
         if (fresh) {
           for (ShardView& shard : ranks[r]->shards()) {
-            Fill(shard, shard.param, [&](uint32_t tt, uint64_t e) { return InitialParam(tt, e, t.seed); });
+            FillOwned(shard, shard.param, [&](uint32_t tt, uint64_t e) { return InitialParam(tt, e, t.seed); });
           }
         }
       }
@@ -414,7 +393,7 @@ class Harness {
           }
           if (absl::Status st = ranks[r]->IterationBoundary(); !st.ok()) return fail("IterationBoundary", st);
           for (ShardView& shard : ranks[r]->shards()) {
-            Fill(shard, shard.grad, [&](uint32_t tt, uint64_t e) { return Grad(tt, e, step, t.seed); });
+            FillOwned(shard, shard.grad, [&](uint32_t tt, uint64_t e) { return Grad(tt, e, step, t.seed); });
             if (absl::Status st = ranks[r]->GradReady(shard.index, static_cast<uint64_t>(step)); !st.ok()) {
               return fail("GradReady", st);
             }

@@ -20,8 +20,9 @@ from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 from deepspeed.runtime.zero.offload_config import (DeepSpeedZeroOffloadOptimizerConfig,
                                                    DeepSpeedZeroOffloadParamConfig)
 
-# gradient_clipping is given so that the clipping-default difference shows
-# only in the cases that leave it out (batch sizes, hand-written configs).
+# gradient_clipping is given so that the generated cases vary it explicitly;
+# the cases that leave it out (batch sizes, hand-written configs) check
+# DeepSpeed's default of 1.0.
 BASE = {"train_batch_size": 8, "gradient_clipping": 0.5}
 
 PALETTE = [

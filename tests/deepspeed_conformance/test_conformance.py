@@ -68,11 +68,6 @@ ALLOWED = {
 # Value differences a field may show, each with its reason (also in the doc):
 # id -> (reason, predicate(raw config, field, deepspeed value, strata value, strata output)).
 ALLOWED_VALUES = {
-    "clipping-default": ("gradient_clipping absent or \"auto\": DeepSpeed 0.19.8 clips at its default 1.0 (the "
-                         "HF Trainer fills \"auto\" with max_grad_norm 1.0); strata reads 0 (off), as stratad has "
-                         "always run such jobs; the lead decides whether to follow DeepSpeed",
-                         lambda raw, field, a, b, st: field == "gradient_clipping" and raw.get("gradient_clipping") in
-                         (None, "auto") and a == 1.0 and b == 0 and not st["config"]["gradient_clipping_given"]),
 }
 
 
@@ -257,7 +252,7 @@ def test_strata_reads_what_deepspeed_reads(results):
 
 def test_hand_written_configs_agree_exactly(results):
     """The configs users publish must be accepted or refused exactly as DeepSpeed
-    does; only a listed value difference (clipping-default) may show."""
+    does; only a listed value difference (ALLOWED_VALUES, none today) may show."""
     bad = []
     for c, ds, ds_err, st in results:
         if c["name"].startswith("configs/"):

@@ -226,7 +226,8 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
     bf16_on = bool(bf16.get("enabled", False))
     if fp16_on and bf16_on:
         raise ValueError("fp16.enabled and bf16.enabled are both true; enable at most one")
-    clip = cfg.get("gradient_clipping", 0.0)
+    # DeepSpeed 0.19.8 clips at 1.0 when the key is absent (GRADIENT_CLIPPING_DEFAULT).
+    clip = cfg.get("gradient_clipping", 1.0)
     if not isinstance(clip, (int, float)) or clip < 0:
         raise ValueError(f"gradient_clipping must be 0 (off) or a positive number, got {clip!r}")
 
