@@ -8,7 +8,7 @@ Modes (--modes, comma-separated):
   offload      strata.torch.OffloadAdamW, gradients all-reduced by strata's own
                backward hooks while backward runs
   offload-ddp  DDP averages the gradients, OffloadAdamW hands each rank's partition over
-  deepspeed    st.initialize(model, config=<a DeepSpeed JSON: ZeRO-2, offload_optimizer cpu,
+  ds-config    st.initialize(model, config=<a DeepSpeed JSON: ZeRO-2, offload_optimizer cpu,
                WarmupCosineLR, clipping, accumulation>)
 Every mode uses two param groups (no weight decay on biases and norms), a
 warmup + cosine schedule, gradient clipping at 1.0 and 2 accumulation steps.
@@ -97,7 +97,7 @@ def _train(rank, world, mode, cfg, socket):
         opt = st.OffloadAdamW(groups, lr=cfg["lr"], betas=(0.9, 0.999), eps=1e-8, socket=socket,
                               max_norm=cfg["max_norm"], reduce_gradients=False)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg))
-    elif mode == "deepspeed":
+    elif mode == "ds-config":
         runner, opt = st.initialize(model, config=ds_config(cfg), model_parameters=groups, socket=socket)
     else:
         raise ValueError(f"unknown mode {mode}")
@@ -109,7 +109,7 @@ def _train(rank, world, mode, cfg, socket):
             x, y = tiny_gpt.batch(tokens, step, rank, world, cfg["batch_size"], cfg["context"], micro)
             loss = runner(x, y)
             total += loss.detach()
-            if mode == "deepspeed":
+            if mode == "ds-config":
                 opt.backward(loss)          # divides by gradient_accumulation_steps, as DeepSpeed's engine
             else:
                 (loss / cfg["accumulation"]).backward()
@@ -141,7 +141,7 @@ def main():
                              "put the ranks on that many daemons (\"nodes\"), in contiguous runs")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=DEFAULTS["steps"])
-    parser.add_argument("--modes", default="torch,offload,offload-ddp,deepspeed")
+    parser.add_argument("--modes", default="torch,offload,offload-ddp,ds-config")
     args = parser.parse_args()
     cfg = dict(DEFAULTS, steps=args.steps)
     modes = args.modes.split(",")

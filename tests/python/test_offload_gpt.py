@@ -7,7 +7,7 @@ import torch
 
 import train_gpt
 
-MODES = ["offload", "offload-ddp", "deepspeed"]
+MODES = ["offload", "offload-ddp", "ds-config"]
 
 
 @pytest.fixture(scope="module")
