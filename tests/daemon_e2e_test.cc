@@ -17,6 +17,7 @@
 #include "core/unix_socket.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tests/daemon_fixture.h"
+#include "tests/infinity_job.h"
 
 namespace strata {
 namespace {
@@ -196,26 +197,11 @@ void RunInfinityJob(StrataClient& client, const std::string& name, int steps, in
   }
 }
 
-JobSpec InfinitySpec(const std::string& name) {
-  JobSpec spec;
-  spec.name = name;
-  spec.world_size = 2;
-  spec.mode = JobMode::kInfinity;
-  spec.deepspeed_config_json =
-      R"({"gradient_clipping": 0, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
-          "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}},
-          "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
-  spec.param_dtype = DType::kFp32;
-  spec.grad_dtype = DType::kFp32;
-  spec.pinned_budget_bytes = 64 << 10;  // smaller than one rank's params
-  return spec;
-}
-
 TEST(DaemonE2ETest, InfinityStepsFromNvmeMatchTheLocalOptimizer) {
   DaemonProcess daemon(TestDir("infinity"));
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
-  ASSERT_TRUE(client->CreateJob(InfinitySpec("inf")).ok());
+  ASSERT_TRUE(client->CreateJob(SmallInfinitySpec("inf")).ok());
   RunInfinityJob(*client, "inf", 3, 0);
   auto stats = client->StatsText();
   ASSERT_TRUE(stats.ok());
@@ -224,7 +210,7 @@ TEST(DaemonE2ETest, InfinityStepsFromNvmeMatchTheLocalOptimizer) {
   // daemon serving (this once crashed it).
   for (int i = 0; i < 3; ++i) {
     const std::string name = absl::StrCat("gone", i);
-    ASSERT_TRUE(client->CreateJob(InfinitySpec(name)).ok());
+    ASSERT_TRUE(client->CreateJob(SmallInfinitySpec(name)).ok());
     RunInfinityJob(*client, name, 1, 0);
     ASSERT_TRUE(client->DeleteJob(name).ok());
   }
@@ -239,7 +225,7 @@ TEST(DaemonE2ETest, SigtermThenRestartFindsTheInfinityJobOnNvme) {
     DaemonProcess daemon(dir);
     ASSERT_TRUE(daemon.Start());
     auto client = daemon.Connect();
-    ASSERT_TRUE(client->CreateJob(InfinitySpec("durable")).ok());
+    ASSERT_TRUE(client->CreateJob(SmallInfinitySpec("durable")).ok());
     RunInfinityJob(*client, "durable", 2, 0);
     client.reset();
     EXPECT_EQ(daemon.Stop(), 0);

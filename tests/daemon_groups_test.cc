@@ -10,6 +10,7 @@
 
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tests/daemon_fixture.h"
+#include "tests/infinity_job.h"
 
 namespace strata {
 namespace {
@@ -70,21 +71,6 @@ JobSpec OffloadSpec(const std::string& name) {
       "optimizer": {"type": "AdamW", "params": {"lr": 0.005, "weight_decay": 0.05}}})";
   spec.param_dtype = DType::kFp32;
   spec.grad_dtype = DType::kFp32;
-  return spec;
-}
-
-JobSpec InfinitySpec(const std::string& name) {
-  JobSpec spec;
-  spec.name = name;
-  spec.world_size = 2;
-  spec.mode = JobMode::kInfinity;
-  spec.deepspeed_config_json =
-      R"({"gradient_clipping": 0, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
-          "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}},
-          "optimizer": {"type": "AdamW", "params": {"lr": 0.005, "weight_decay": 0.05}}})";
-  spec.param_dtype = DType::kFp32;
-  spec.grad_dtype = DType::kFp32;
-  spec.pinned_budget_bytes = 64 << 10;
   return spec;
 }
 
@@ -240,7 +226,7 @@ TEST(DaemonGroupsTest, InfinityGroupsSurviveADaemonRestart) {
     DaemonProcess daemon(dir);  // its NVMe files are what the restart finds
     ASSERT_TRUE(daemon.Start());
     auto client = daemon.Connect();
-    ASSERT_TRUE(client->CreateJob(InfinitySpec("inf")).ok());
+    ASSERT_TRUE(client->CreateJob(SmallInfinitySpec("inf", kJobLr, kJobWd)).ok());
     Job2 job;
     Attach(*client, "inf", true, true, &job);
     RunSteps(job, 0, 3, TwoGroups);

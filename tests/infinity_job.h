@@ -1,7 +1,8 @@
-// What the durability test and the crash harness both drive: a small
-// 2-rank ZeRO-Infinity job with fp32 params and gradients, AdamW with weight
-// decay, and a 64 KiB pinned budget (so params really page to NVMe), and the
-// helper that writes a value per tensor element into a shard's slot.
+// What the daemon tests and the crash harness drive: a small 2-rank
+// ZeRO-Infinity job with fp32 params and gradients, AdamW with weight decay
+// and no clipping, and a 64 KiB pinned budget (smaller than one rank's
+// params, so they really page to NVMe), and the helper that writes a value
+// per tensor element into a shard's slot.
 #ifndef STRATA_TESTS_INFINITY_JOB_H_
 #define STRATA_TESTS_INFINITY_JOB_H_
 
@@ -9,19 +10,21 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "client/strata_client.h"
 
 namespace strata {
 
-inline JobSpec SmallInfinitySpec(const std::string& name) {
+inline JobSpec SmallInfinitySpec(const std::string& name, double lr = 0.01, double weight_decay = 0.1) {
   JobSpec spec;
   spec.name = name;
   spec.world_size = 2;
   spec.mode = JobMode::kInfinity;
-  spec.deepspeed_config_json =
+  spec.deepspeed_config_json = absl::StrCat(
       R"({"gradient_clipping": 0, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"},
           "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}},
-          "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
+          "optimizer": {"type": "AdamW", "params": {"lr": )",
+      lr, R"(, "weight_decay": )", weight_decay, "}}}");
   spec.param_dtype = DType::kFp32;
   spec.grad_dtype = DType::kFp32;
   spec.pinned_budget_bytes = 64 << 10;
