@@ -17,12 +17,14 @@ if [ ! -f "$STAMP" ]; then
   if [ ! -x "$VENV/bin/python" ]; then
     /usr/bin/python3 -m venv "$VENV" >&2
   fi
-  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-  "$VENV/bin/python" -m pip install -q \
+  # --no-cache-dir: torch's CUDA wheels are ~3 GB; a cached copy beside the
+  # installed one doubled what a fresh machine needs on disk.
+  "$VENV/bin/python" -m pip install -q --no-cache-dir --upgrade pip >&2
+  "$VENV/bin/python" -m pip install -q --no-cache-dir \
     "torch==2.15.0" "deepspeed==0.19.8" "pytest>=8" "numpy" "transformers" \
     "matplotlib" "ninja" "pybind11" >&2
   touch "$STAMP"
 fi
 # accelerate: the runtime of Hugging Face's Trainer (tests/python/test_hf_trainer.py).
-[ -f "$VENV/.strata-venv-accelerate" ] || { "$VENV/bin/python" -m pip install -q "accelerate==1.15.0" >&2 && touch "$VENV/.strata-venv-accelerate"; }
+[ -f "$VENV/.strata-venv-accelerate" ] || { "$VENV/bin/python" -m pip install -q --no-cache-dir "accelerate==1.15.0" >&2 && touch "$VENV/.strata-venv-accelerate"; }
 echo "$VENV"

@@ -22,12 +22,7 @@
 namespace strata {
 namespace {
 
-std::string TestDir(const std::string& name) {
-  std::string dir = absl::StrCat(BuildDir(), "/e2e-", name, "-", getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+std::string TestDir(const std::string& name) { return MakeTestDir("e2e", name); }
 
 constexpr char kAdamW[] =
     R"({"gradient_clipping": 0, "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";

@@ -15,12 +15,7 @@
 namespace strata {
 namespace {
 
-std::string TestDir(const std::string& name) {
-  std::string dir = absl::StrCat(BuildDir(), "/groups-", name, "-", getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+std::string TestDir(const std::string& name) { return MakeTestDir("groups", name); }
 
 // Decay on the weights (group 0), none on biases and norms (group 1), in an
 // interleaved order so flat shards hold runs of both groups.

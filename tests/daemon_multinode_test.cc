@@ -14,12 +14,7 @@
 namespace strata {
 namespace {
 
-std::string TestDir(const std::string& name) {
-  std::string dir = absl::StrCat(BuildDir(), "/multinode-", name, "-", getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+std::string TestDir(const std::string& name) { return MakeTestDir("multinode", name); }
 
 std::vector<TensorDesc> Model() {
   return {{"w1", 5000, 0}, {"b1", 37, 1}, {"w2", 12000, 0}, {"ln", 300, 1}, {"w3", 3000, 0}};

@@ -15,12 +15,7 @@
 namespace strata {
 namespace {
 
-std::string TestDir(const std::string& name) {
-  std::string dir = absl::StrCat(BuildDir(), "/partition-", name, "-", getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+std::string TestDir(const std::string& name) { return MakeTestDir("partition", name); }
 
 std::vector<TensorDesc> Model() { return {{"w1", 5000, 0}, {"b1", 37, 1}, {"w2", 12001, 0}}; }
 

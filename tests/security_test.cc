@@ -31,9 +31,7 @@ namespace {
 namespace v1 = strata::v1;
 
 std::string TestDir(const std::string& name) {
-  std::string dir = absl::StrCat(BuildDir(), "/sec-", name, "-", getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  std::string dir = MakeTestDir("sec", name);
   chmod(dir.c_str(), 0755);
   return dir;
 }
