@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/byte_size.h"
 #include "daemon/job_recovery.h"
 #include "daemon/strata_service.h"
@@ -29,6 +32,23 @@ constexpr int kMaxMessageBytes = 4 << 20;
 // param reads, for a few jobs at once.
 constexpr int kNvmeIoLanes = 4;
 
+// The CPUs this process may run on, in order: the optimizer's workers are
+// pinned round-robin over them (pin_optimizer_threads), so a daemon started
+// under taskset or a cgroup cpuset keeps to its set.
+absl::StatusOr<std::vector<int>> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return absl::InternalError(absl::StrCat("pin_optimizer_threads: sched_getaffinity failed: ", strerror(errno)));
+  }
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  if (cpus.empty()) return absl::InternalError("pin_optimizer_threads: the affinity set is empty");
+  return cpus;
+}
+
 }  // namespace
 
 DaemonServer::DaemonServer(const DaemonSettings& settings, Logger log)
@@ -40,11 +60,18 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   std::unique_ptr<DaemonServer> server(new DaemonServer(settings, std::move(log)));
   CpuOptimizerOptions opt;
   opt.num_threads = static_cast<int>(settings.optimizer_threads);
+  std::string pinning;
+  if (settings.pin_optimizer_threads) {
+    auto cpus = AllowedCpus();
+    if (!cpus.ok()) return cpus.status();
+    opt.pin_cpus = std::move(*cpus);
+    pinning = absl::StrCat(", workers pinned to CPUs ", absl::StrJoin(opt.pin_cpus, ","));
+  }
   auto optimizer = CpuOptimizer::Create(opt);
   if (!optimizer.ok()) return optimizer.status();
   server->optimizer_ = std::move(*optimizer);
-  server->choices_.push_back(absl::StrCat("cpu optimizer: ", settings.optimizer_threads, " threads, kernels ",
-                                          CpuOptimizer::KernelTarget()));
+  server->choices_.push_back(absl::StrCat("cpu optimizer: ", settings.optimizer_threads, " threads", pinning,
+                                          ", kernels ", CpuOptimizer::KernelTarget()));
   server->choices_.push_back(settings.device == DeviceChoice::kCuda
                                  ? "device tier: cuda requested (trainers own the GPU copies in this version)"
                                  : "device tier: emulated (trainers own the GPU copies in this version)");
