@@ -175,6 +175,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
       t.set_used_bytes(s.used_bytes);
       tiers.push_back(t);
     }
+    // What jobs reserved of --pinned_capacity (regions, host states, NVMe
+    // staging); back to 0 when every job is gone.
+    strata::v1::TierStats pinned;
+    pinned.set_tier("pinned");
+    pinned.set_capacity_bytes(self->pinned_->capacity());
+    pinned.set_used_bytes(self->pinned_->used());
+    tiers.push_back(pinned);
     return tiers;
   };
   server->service_ = std::make_unique<StrataService>(std::move(ctx));
