@@ -245,7 +245,7 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
           return ParamCache::ShardRef{ranks_[r].exchange.data() + slot.param_offset,
                                       RoundUp(slot.layout.padded_numel * DTypeSize(settings_.param_dtype), kPage)};
         },
-        budget, /*lookahead=*/4);
+        budget, /*lookahead=*/4, workers_);
   }
   return absl::OkStatus();
 }

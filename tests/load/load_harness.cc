@@ -264,11 +264,21 @@ struct Census {
   uint64_t vm_lck_kb = 0; // mlocked (pinned) memory
   uint64_t pinned_used = 0;  // the daemon's pinned reservations (GetStats)
   std::map<std::string, int> thread_names;  // /proc/PID/task/*/comm
-  bool operator==(const Census&) const = default;
+  // The kernel's io_uring workers (io-wq, "iou-wrk-*"): the kernel starts
+  // them on a ring's first blocking I/O and keeps the last one of each ring
+  // until the ring closes, so which of the daemon's few rings have one
+  // depends on which lanes the I/O happened to use. Counted apart (and
+  // bounded), not in `threads`.
+  int io_wq_workers = 0;
+  bool operator==(const Census& o) const {
+    return threads == o.threads && fds == o.fds && memfd_fds == o.memfd_fds && memfd_maps == o.memfd_maps &&
+           vm_lck_kb == o.vm_lck_kb && pinned_used == o.pinned_used && thread_names == o.thread_names;
+  }
   std::string ToString() const {
     std::string names;
     for (const auto& [name, n] : thread_names) absl::StrAppend(&names, names.empty() ? "" : " ", name, "x", n);
-    return absl::StrCat("threads ", threads, " (", names, "), fds ", fds, ", memfd fds ", memfd_fds,
+    return absl::StrCat("threads ", threads, " (", names, "; and ", io_wq_workers, " kernel io_uring workers)",
+                        ", fds ", fds, ", memfd fds ", memfd_fds,
                         ", memfd mappings ", memfd_maps, ", VmLck ", vm_lck_kb, " kB, pinned reserved ", pinned_used,
                         " B");
   }
@@ -292,8 +302,13 @@ absl::StatusOr<Census> TakeCensus(pid_t pid, StrataClient& client) {
   const std::string proc = absl::StrCat("/proc/", pid);
   std::error_code ec;
   for (std::filesystem::directory_iterator it(proc + "/task", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name(absl::StripAsciiWhitespace(ReadFile(it->path().string() + "/comm")));
+    if (name.rfind("iou-wrk-", 0) == 0) {
+      ++c.io_wq_workers;
+      continue;
+    }
     ++c.threads;
-    ++c.thread_names[std::string(absl::StripAsciiWhitespace(ReadFile(it->path().string() + "/comm")))];
+    ++c.thread_names[name];
   }
   for (std::filesystem::directory_iterator it(proc + "/fd", ec), end; !ec && it != end; it.increment(ec)) {
     ++c.fds;
@@ -709,6 +724,13 @@ int RunHarness(const Options& opt) {
     } else {
       std::printf("after:  %s\n", after->ToString().c_str());
       if (failure.empty() && !(*after == *before)) failure = "the daemon holds more (or less) after the load than before";
+      // A few rings, at most a couple of idle workers each: more would mean
+      // rings (or workers) per job.
+      constexpr int kMaxIoWqWorkers = 16;
+      if (failure.empty() && after->io_wq_workers > kMaxIoWqWorkers) {
+        failure = absl::StrCat(after->io_wq_workers, " kernel io_uring workers are left; at most ", kMaxIoWqWorkers,
+                               " were expected");
+      }
     }
   }
   if (failure.empty()) {
