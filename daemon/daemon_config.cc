@@ -1,5 +1,6 @@
 #include "daemon/daemon_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -196,6 +197,17 @@ absl::StatusOr<DaemonSettings> ResolveDaemonSettings(const strata::v1::DaemonCon
                             ? std::max(1u, std::thread::hardware_concurrency())
                             : c.optimizer_threads();
   s.pin_optimizer_threads = c.pin_optimizer_threads();
+  // Every job's items run on one pool: a thread per job would make the
+  // daemon's thread count grow with its jobs (1000 jobs, 1000 threads).
+  constexpr uint32_t kMaxJobWorkerThreads = 1024;
+  if (c.job_worker_threads() > kMaxJobWorkerThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("job_worker_threads: ", c.job_worker_threads(),
+                                                   " is more than ", kMaxJobWorkerThreads,
+                                                   " (0 = one per core)"));
+  }
+  s.job_worker_threads = c.job_worker_threads() != 0
+                             ? c.job_worker_threads()
+                             : std::clamp(std::thread::hardware_concurrency(), 2u, 64u);
   s.reattach_timeout = absl::Seconds(c.reattach_timeout_s() == 0 ? 300 : c.reattach_timeout_s());
   s.lease_timeout = absl::Seconds(c.lease_timeout_s() == 0 ? 60 : c.lease_timeout_s());
   if (c.metrics_port() > 65535) {
@@ -234,6 +246,7 @@ std::string DescribeDaemonSettings(const DaemonSettings& s) {
       s.io_queue_depth, s.io_sqpoll ? ", sqpoll" : "", ")\n",
       "fsync_policy: ", fsync(s.fsync_policy), "\n",
       "optimizer_threads: ", s.optimizer_threads, s.pin_optimizer_threads ? " (pinned)" : "", "\n",
+      "job_worker_threads: ", s.job_worker_threads, "\n",
       "reattach_timeout: ", absl::FormatDuration(s.reattach_timeout), "\n",
       "lease_timeout: ", absl::FormatDuration(s.lease_timeout), "\n",
       "metrics_port: ", s.metrics_port == 0 ? std::string("(off)") : absl::StrCat(s.metrics_port), "\n",

@@ -35,6 +35,7 @@ struct DaemonSettings {
   FsyncPolicy fsync_policy = FsyncPolicy::kBatched;
   uint32_t optimizer_threads = 0;
   bool pin_optimizer_threads = false;
+  uint32_t job_worker_threads = 0;  // the shared job worker pool (>= 1)
   absl::Duration reattach_timeout;
   absl::Duration lease_timeout;
   uint32_t metrics_port = 0;

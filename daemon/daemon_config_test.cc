@@ -75,6 +75,21 @@ TEST(DaemonConfigTest, BadValuesNameTheField) {
   }
 }
 
+TEST(DaemonConfigTest, JobWorkerPoolIsBoundedWithAPerCoreDefault) {
+  strata::v1::DaemonConfig c;
+  auto s = ResolveDaemonSettings(c, "");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_GE(s->job_worker_threads, 2u);
+  EXPECT_LE(s->job_worker_threads, 64u);
+  c.set_job_worker_threads(3);
+  EXPECT_EQ(ResolveDaemonSettings(c, "")->job_worker_threads, 3u);
+  EXPECT_NE(DescribeDaemonSettings(*ResolveDaemonSettings(c, "")).find("job_worker_threads: 3"), std::string::npos);
+  c.set_job_worker_threads(100000);
+  auto bad = ResolveDaemonSettings(c, "");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("job_worker_threads"), std::string::npos) << bad.status();
+}
+
 TEST(DaemonConfigTest, UnknownFieldsAndMissingFilesAreErrors) {
   std::string path = WriteTemp("unknown.textpb", "sokcet_path: \"/x\"\n");
   auto config = LoadDaemonConfigFile(path);

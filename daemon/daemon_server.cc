@@ -163,7 +163,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   }
   server->callers_ = std::make_unique<CallerResolver>(&server->peers_, std::move(tcp_token), server->admins_.get());
   server->pinned_ = std::make_unique<PinnedBudget>(settings.pinned_capacity_bytes);
+  auto job_workers = ThreadPoolExecutor::Create(static_cast<int>(settings.job_worker_threads));
+  if (!job_workers.ok()) return job_workers.status();
+  server->job_workers_ = std::move(*job_workers);
+  server->choices_.push_back(
+      absl::StrCat("job workers: ", settings.job_worker_threads, " threads, shared by every job"));
   JobServices services;
+  services.workers = server->job_workers_.get();
   services.optimizer = server->optimizer_.get();
   services.nvme = server->nvme_.get();
   services.limits = &server->settings_.limits;
@@ -196,6 +202,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
       t.set_used_bytes(s.used_bytes);
       tiers.push_back(t);
     }
+    // What jobs reserved of --pinned_capacity (regions, host states, NVMe
+    // staging); back to 0 when every job is gone.
+    strata::v1::TierStats pinned;
+    pinned.set_tier("pinned");
+    pinned.set_capacity_bytes(self->pinned_->capacity());
+    pinned.set_used_bytes(self->pinned_->used());
+    tiers.push_back(pinned);
     return tiers;
   };
   server->service_ = std::make_unique<StrataService>(std::move(ctx));

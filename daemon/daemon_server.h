@@ -29,6 +29,7 @@
 #include "daemon/metrics_server.h"
 #include "daemon/pinned_budget.h"
 #include "optimizer_cpu/cpu_optimizer.h"
+#include "tiers/transfer_executor.h"
 
 namespace grpc {
 class Server;
@@ -87,6 +88,9 @@ class DaemonServer {
   std::unique_ptr<AdminPolicy> admins_;
   std::unique_ptr<CallerResolver> callers_;
   std::unique_ptr<PinnedBudget> pinned_;
+  // Runs every job's steps; declared before the registry, so the jobs (whose
+  // Stop waits for their last turn) are gone before the pool joins.
+  std::unique_ptr<ThreadPoolExecutor> job_workers_;
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<StrataService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

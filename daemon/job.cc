@@ -53,7 +53,12 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(uint64_t id, JobSettings settin
     return absl::FailedPreconditionError(
         "MODE_INFINITY needs the NVMe tier, and this daemon has none: start stratad with --nvme_path DIR");
   }
-  return std::unique_ptr<Job>(new Job(id, std::move(settings), services));
+  std::unique_ptr<Job> job(new Job(id, std::move(settings), services));
+  if (job->workers_ == nullptr) {
+    STRATA_ASSIGN_OR_RETURN(job->own_workers_, ThreadPoolExecutor::Create(1));
+    job->workers_ = job->own_workers_.get();
+  }
+  return job;
 }
 
 Job::Job(uint64_t id, JobSettings settings, JobServices services)
@@ -62,9 +67,8 @@ Job::Job(uint64_t id, JobSettings settings, JobServices services)
       services_(services),
       early_apply_(settings_.mode == strata::v1::MODE_OFFLOAD && !settings_.loss_scale.enabled &&
                    settings_.gradient_clipping <= 0),
-      scaler_(settings_.loss_scale) {
-  worker_ = std::thread([this] { WorkerLoop(); });
-}
+      scaler_(settings_.loss_scale),
+      workers_(services.workers) {}
 
 Job::~Job() {
   Stop();
@@ -81,15 +85,14 @@ Job::~Job() {
 }
 
 void Job::Stop() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) {
-      if (!worker_.joinable()) return;
-    }
-    stopping_ = true;
-    changed_.SignalAll();
-  }
-  if (worker_.joinable()) worker_.join();
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  changed_.SignalAll();
+  // Queued work finishes first: a step whose gradients are all in is applied
+  // (graceful shutdown finishes in-flight steps). Once no turn is left, none
+  // is scheduled again, so the pool never calls into a destroyed job.
+  while (turn_scheduled_) changed_.Wait(&mu_);
+  stopped_ = true;
 }
 
 bool Job::registered() const {
@@ -242,7 +245,7 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
           return ParamCache::ShardRef{ranks_[r].exchange.data() + slot.param_offset,
                                       RoundUp(slot.layout.padded_numel * DTypeSize(settings_.param_dtype), kPage)};
         },
-        budget, /*lookahead=*/4);
+        budget, /*lookahead=*/4, workers_);
   }
   return absl::OkStatus();
 }
@@ -750,6 +753,7 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
       queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
     }
   }
+  ScheduleLocked();
   changed_.SignalAll();
   return absl::OkStatus();
 }
@@ -851,6 +855,7 @@ absl::Status Job::CommitStep(uint64_t step, const StepStats& global) {
   committed_.erase(step >= 64 ? step - 64 : UINT64_MAX);
   step_queued_ = true;
   queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
+  ScheduleLocked();
   changed_.SignalAll();
   return absl::OkStatus();
 }
@@ -873,29 +878,33 @@ absl::StatusOr<StepOutcome> Job::WaitStep(uint64_t step, absl::Time deadline) {
   }
 }
 
-void Job::WorkerLoop() {
-  while (true) {
-    WorkItem item;
-    {
-      absl::MutexLock lock(&mu_);
-      while (queue_.empty() && !stopping_) changed_.Wait(&mu_);
-      // Finish queued work before stopping: a step whose gradients are all in
-      // is applied (graceful shutdown finishes in-flight steps).
-      if (queue_.empty()) return;
-      item = queue_.front();
-      queue_.pop_front();
-    }
-    if (item.kind == WorkItem::kInspect) Inspect(item.rank, item.index);
-    if (item.kind == WorkItem::kRunStep) RunStep();
-    if (item.kind == WorkItem::kPrepare) {
-      absl::MutexLock lock(&mu_);
-      if (grads_missing_ == 0 && !step_queued_) {
-        prepared_[next_step_] = LocalStatsLocked();
-        prepared_.erase(next_step_ >= 64 ? next_step_ - 64 : UINT64_MAX);
-        changed_.SignalAll();
-      }
+void Job::ScheduleLocked() {
+  if (turn_scheduled_ || stopped_ || queue_.empty()) return;
+  turn_scheduled_ = true;
+  workers_->Schedule([this] { RunTurn(); });
+}
+
+void Job::RunTurn() {
+  WorkItem item;
+  {
+    absl::MutexLock lock(&mu_);
+    item = queue_.front();  // a turn is scheduled only with work queued
+    queue_.pop_front();
+  }
+  if (item.kind == WorkItem::kInspect) Inspect(item.rank, item.index);
+  if (item.kind == WorkItem::kRunStep) RunStep();
+  if (item.kind == WorkItem::kPrepare) {
+    absl::MutexLock lock(&mu_);
+    if (grads_missing_ == 0 && !step_queued_) {
+      prepared_[next_step_] = LocalStatsLocked();
+      prepared_.erase(next_step_ >= 64 ? next_step_ - 64 : UINT64_MAX);
+      changed_.SignalAll();
     }
   }
+  absl::MutexLock lock(&mu_);
+  turn_scheduled_ = false;
+  ScheduleLocked();      // the next item waits behind other jobs' turns
+  changed_.SignalAll();  // Stop waits for the last turn
 }
 
 void Job::Inspect(uint32_t rank, uint32_t index) {

@@ -6,9 +6,11 @@
 // A job outlives its trainers: a rank whose process dies keeps its states and
 // its exchange region, and a new session of the same rank finds them.
 //
-// Thread-safe. RPC threads call in; one worker thread per job runs the
-// gradient checks and optimizer steps, so no RPC thread blocks on compute
-// except in WaitStep, which waits with a deadline.
+// Thread-safe. RPC threads call in; the daemon's worker pool (shared by every
+// job, JobServices::workers) runs the gradient checks and optimizer steps, so
+// no RPC thread blocks on compute except in WaitStep, which waits with a
+// deadline. A job's work items run one at a time and in order, one item per
+// turn on the pool (see ScheduleLocked).
 #ifndef STRATA_DAEMON_JOB_H_
 #define STRATA_DAEMON_JOB_H_
 
@@ -19,7 +21,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -38,6 +39,7 @@
 #include "daemon/shard_state_store.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tiers/pinned_arena.h"
+#include "tiers/transfer_executor.h"
 
 namespace strata {
 
@@ -95,6 +97,9 @@ struct JobServices {
   const RequestLimits* limits = nullptr;
   // The daemon's pinned host memory, shared by all jobs (nullptr: unlimited).
   PinnedBudget* pinned = nullptr;
+  // The daemon's bounded worker pool, shared by all jobs (FIFO; nullptr: the
+  // job makes a one-thread pool of its own).
+  TransferExecutor* workers = nullptr;
 };
 
 class Job {
@@ -242,7 +247,12 @@ class Job {
   // writes only. On failure the job's uncommitted writes are rolled back, so
   // NVMe holds its last committed step. Refused once the job is retired.
   absl::Status CommitWithRecord(const std::string& record);
-  void WorkerLoop();
+  // Hands the job to the worker pool when it has queued work and no turn is
+  // scheduled or running. One turn runs one item and then queues the job's
+  // next turn behind every other job's, so jobs take turns: a job with many
+  // items (or a long step) holds at most one pool thread.
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunTurn();
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
   void RunStep();
@@ -312,7 +322,11 @@ class Job {
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread worker_;
+  // The pool the job's items run on: services_.workers, or own_workers_.
+  std::unique_ptr<ThreadPoolExecutor> own_workers_;
+  TransferExecutor* workers_ = nullptr;
+  bool turn_scheduled_ ABSL_GUARDED_BY(mu_) = false;  // a turn is queued on the pool or running
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;         // Stop returned: no more turns
 };
 
 }  // namespace strata

@@ -16,23 +16,22 @@ ShardKey HomeKey(uint64_t job, uint32_t rank, uint32_t index) {
 }  // namespace
 
 ParamCache::ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, Locate locate,
-                       uint64_t budget_bytes, uint32_t lookahead)
+                       uint64_t budget_bytes, uint32_t lookahead, TransferExecutor* workers)
     : job_id_(job_id),
       store_(store),
       locate_(std::move(locate)),
       budget_bytes_(budget_bytes),
       lookahead_(lookahead),
-      traces_(ranks) {
-  io_thread_ = std::thread([this] { IoLoop(); });
-}
+      traces_(ranks),
+      workers_(workers) {}
 
 ParamCache::~ParamCache() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    changed_.SignalAll();
-  }
-  io_thread_.join();
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  changed_.SignalAll();
+  // A read writes into the exchange region: the turn queued or running must
+  // be over before the region goes (queued reads are dropped).
+  while (read_scheduled_) changed_.Wait(&mu_);
 }
 
 absl::Status ParamCache::StoreHome(uint32_t rank, uint32_t index) {
@@ -113,6 +112,7 @@ void ParamCache::StartReadLocked(uint32_t rank, uint32_t index, bool prefetch) {
   resident_bytes_ += ref.bytes;
   if (prefetch) ++stats_.prefetches;
   reads_.push_back({rank, index});
+  ScheduleReadLocked();
   changed_.SignalAll();
 }
 
@@ -127,37 +127,47 @@ void ParamCache::PrefetchLocked(uint32_t rank) {
   for (uint32_t index : next) StartReadLocked(rank, index, /*prefetch=*/true);
 }
 
-void ParamCache::IoLoop() {
-  while (true) {
-    std::pair<uint32_t, uint32_t> next;
-    {
-      absl::MutexLock lock(&mu_);
-      while (!stopping_ && (reads_.empty() || updating_)) changed_.Wait(&mu_);
-      if (stopping_) return;
-      next = reads_.front();
-      reads_.pop_front();
-      ++reads_in_flight_;
-    }
-    ShardRef ref = locate_(next.first, next.second);
-    absl::StatusOr<uint64_t> got =
-        store_->Read(HomeKey(job_id_, next.first, next.second), absl::Span<std::byte>(ref.slot, ref.bytes));
+void ParamCache::ScheduleReadLocked() {
+  if (read_scheduled_ || stopping_ || updating_ || reads_.empty()) return;
+  read_scheduled_ = true;
+  workers_->Schedule([this] { ReadTurn(); });
+}
+
+void ParamCache::ReadTurn() {
+  std::pair<uint32_t, uint32_t> next;
+  {
     absl::MutexLock lock(&mu_);
-    --reads_in_flight_;
-    Entry& e = entries_[next];
-    if (got.ok() && *got != ref.bytes) {
-      got = absl::DataLossError(absl::StrCat("param shard ", next.second, " of rank ", next.first,
-                                             " is ", *got, " bytes on NVMe, expected ", ref.bytes));
+    if (stopping_ || updating_ || reads_.empty()) {
+      // Stopped, or BeginUpdate dropped the reads; EndUpdate schedules anew.
+      read_scheduled_ = false;
+      changed_.SignalAll();
+      return;
     }
-    if (!got.ok()) {
-      e.read_error = got.status();
-      e.state = State::kAbsent;
-      resident_bytes_ -= e.bytes;
-    } else {
-      e.state = State::kResident;
-      stats_.bytes_read += ref.bytes;
-    }
-    changed_.SignalAll();
+    next = reads_.front();
+    reads_.pop_front();
+    ++reads_in_flight_;
   }
+  ShardRef ref = locate_(next.first, next.second);
+  absl::StatusOr<uint64_t> got =
+      store_->Read(HomeKey(job_id_, next.first, next.second), absl::Span<std::byte>(ref.slot, ref.bytes));
+  absl::MutexLock lock(&mu_);
+  --reads_in_flight_;
+  Entry& e = entries_[next];
+  if (got.ok() && *got != ref.bytes) {
+    got = absl::DataLossError(absl::StrCat("param shard ", next.second, " of rank ", next.first,
+                                           " is ", *got, " bytes on NVMe, expected ", ref.bytes));
+  }
+  if (!got.ok()) {
+    e.read_error = got.status();
+    e.state = State::kAbsent;
+    resident_bytes_ -= e.bytes;
+  } else {
+    e.state = State::kResident;
+    stats_.bytes_read += ref.bytes;
+  }
+  read_scheduled_ = false;
+  ScheduleReadLocked();  // the next read waits behind other jobs' turns
+  changed_.SignalAll();
 }
 
 absl::Status ParamCache::Acquire(uint32_t rank, absl::Span<const uint32_t> indices, absl::Time deadline) {
@@ -253,6 +263,7 @@ void ParamCache::EndUpdate() {
   absl::MutexLock lock(&mu_);
   updating_ = false;
   for (uint32_t rank = 0; rank < traces_.size(); ++rank) PrefetchLocked(rank);
+  ScheduleReadLocked();
   changed_.SignalAll();
 }
 

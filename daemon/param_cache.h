@@ -9,7 +9,8 @@
 // TracePredictor, one per rank: it learns the iteration's access order,
 // follows it through small deviations and relearns when the order changes.
 //
-// Thread-safe. Reads run on the cache's I/O thread, never under its lock.
+// Thread-safe. Reads run on the daemon's worker pool (shared by every job),
+// one at a time per cache and one per turn, never under the cache's lock.
 #ifndef STRATA_DAEMON_PARAM_CACHE_H_
 #define STRATA_DAEMON_PARAM_CACHE_H_
 
@@ -17,7 +18,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -28,6 +28,7 @@
 #include "absl/types/span.h"
 #include "core/shard_key.h"
 #include "prefetch/trace_predictor.h"
+#include "tiers/transfer_executor.h"
 
 namespace strata {
 
@@ -54,9 +55,10 @@ class ParamCache {
   };
   using Locate = std::function<ShardRef(uint32_t rank, uint32_t index)>;
 
-  // `store` is shared with other jobs (it is safe for concurrent use).
+  // `store` is shared with other jobs (it is safe for concurrent use);
+  // reads run on `workers`, which must outlive the cache.
   ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, Locate locate, uint64_t budget_bytes,
-             uint32_t lookahead);
+             uint32_t lookahead, TransferExecutor* workers);
   ~ParamCache();
 
   // Writes the current contents of the rank's slot `index` to NVMe as the new
@@ -95,7 +97,10 @@ class ParamCache {
   };
   ShardKey KeyOf(uint32_t rank, uint32_t index) const;
 
-  void IoLoop();
+  // Queues a read turn on the pool when reads wait and none is queued or
+  // running; a turn does one read and queues the next behind other work.
+  void ScheduleReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReadTurn();
   void StartReadLocked(uint32_t rank, uint32_t index, bool prefetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool MakeRoomLocked(uint32_t rank, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PrefetchLocked(uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -117,7 +122,8 @@ class ParamCache {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool updating_ ABSL_GUARDED_BY(mu_) = false;
   int reads_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread io_thread_;
+  TransferExecutor* const workers_;
+  bool read_scheduled_ ABSL_GUARDED_BY(mu_) = false;  // a read turn is queued or running
 };
 
 }  // namespace strata
