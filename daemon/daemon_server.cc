@@ -56,7 +56,8 @@ DaemonServer::DaemonServer(const DaemonSettings& settings, Logger log)
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonSettings& settings,
                                                                    const strata::v1::DaemonConfig& config,
-                                                                   Logger log) {
+                                                                   Logger log,
+                                                                   const IoEngineDecorator* io_decorator) {
   std::unique_ptr<DaemonServer> server(new DaemonServer(settings, std::move(log)));
   CpuOptimizerOptions opt;
   opt.num_threads = static_cast<int>(settings.optimizer_threads);
@@ -88,6 +89,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
     io.queue_depth = settings.io_queue_depth;
     io.block_size_bytes = settings.io_block_size;
     io.sqpoll = settings.io_sqpoll;
+    if (io_decorator != nullptr) io.result_hook = io_decorator->result_hook;
     std::optional<IoEngineKind> forced;
     switch (settings.io_engine) {
       case IoEngineChoice::kUring: forced = IoEngineKind::kUring; break;
@@ -99,6 +101,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
     auto engine = OpenIoEngine(io, forced, &notes);
     if (!engine.ok()) return engine.status();
     server->engine_ = std::move(*engine);
+    if (io_decorator != nullptr && io_decorator->wrap) server->engine_ = io_decorator->wrap(std::move(server->engine_));
     for (const std::string& n : notes) server->choices_.push_back(absl::StrCat("io engine: ", n));
     for (const std::string& n : server->engine_->info().notes) server->choices_.push_back(absl::StrCat("io engine: ", n));
     server->choices_.push_back(absl::StrCat("io engine: ", server->engine_->info().name, " (depth ",
@@ -119,6 +122,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
       if (!kind.ok()) return kind.status();
       auto lane = OpenIoEngine(io, *kind, &ignored);
       if (!lane.ok()) return lane.status();
+      if (io_decorator != nullptr && io_decorator->wrap) *lane = io_decorator->wrap(std::move(*lane));
       lanes.push_back(lane->get());
       server->lane_engines_.push_back(std::move(*lane));
     }

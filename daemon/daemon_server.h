@@ -41,12 +41,24 @@ class IoEngine;
 class ExtentStore;
 class StrataService;
 
+class IoResultHook;
+
+// Test seam for the test-only `stratad-faults` (tests/faults/): what wraps
+// the NVMe tier's I/O engines. stratad itself never sets it.
+struct IoEngineDecorator {
+  IoResultHook* result_hook = nullptr;  // IoEngineOptions::result_hook of every engine
+  std::function<std::unique_ptr<IoEngine>(std::unique_ptr<IoEngine>)> wrap;  // each engine, once
+};
+
 class DaemonServer {
  public:
   using Logger = std::function<void(const std::string&)>;
+  // `io_decorator` (borrowed, may be null; must outlive the server): see
+  // IoEngineDecorator.
   static absl::StatusOr<std::unique_ptr<DaemonServer>> Create(const DaemonSettings& settings,
                                                               const strata::v1::DaemonConfig& config,
-                                                              Logger log);
+                                                              Logger log,
+                                                              const IoEngineDecorator* io_decorator = nullptr);
   ~DaemonServer();
 
   const std::vector<std::string>& startup_choices() const { return choices_; }

@@ -78,10 +78,25 @@ Job::~Job() {
   // Writes never committed (a failed step, a load or registration cut
   // short) must not be committed by anyone else later: drop them.
   if (services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {
-    services_.nvme->Rollback(id_);
     absl::MutexLock lock(&commit_mu_);
+    if (superseded_) return;  // the shards are its replacement's now
+    services_.nvme->Rollback(id_);
     if (retired_) (void)services_.nvme->DeleteOwner(id_);  // writes that raced the delete
   }
+}
+
+bool Job::NeedsReload() const {
+  absl::MutexLock lock(&mu_);
+  return reload_needed_;
+}
+
+void Job::Supersede() {
+  Stop();
+  absl::MutexLock states_lock(&states_mu_);  // a pass in progress (InitParams) ends first
+  absl::MutexLock lock(&commit_mu_);
+  if (superseded_ || services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return;
+  services_.nvme->Rollback(id_);
+  superseded_ = true;
 }
 
 void Job::Stop() {
@@ -666,6 +681,7 @@ absl::Status Job::InitParams(uint32_t rank) {
   {
     absl::MutexLock lock(&mu_);
     if (!registered_) return absl::FailedPreconditionError("InitParams before RegisterTensors");
+    if (!worker_error_.ok()) return worker_error_;
     if (next_step_ > 0 || optimizer_steps_ > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job '", settings_.name, "' has already taken steps; a re-attached rank keeps its state "
@@ -1054,10 +1070,26 @@ void Job::RunStep() {
     }
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!status.ok() && services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {
+    // Nothing of the failed step may become durable (not even by the commit
+    // of every owner at shutdown): back to the last committed step.
+    absl::MutexLock commit_lock(&commit_mu_);
+    if (!superseded_) services_.nvme->Rollback(id_);
+  }
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {
-    worker_error_ = absl::Status(status.code(), absl::StrCat("optimizer step ", step, " of job '",
-                                                             settings_.name, "' failed: ", status.message()));
+    const bool nvme = services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY;
+    worker_error_ = absl::Status(
+        status.code(),
+        absl::StrCat("optimizer step ", step, " of job '", settings_.name, "' failed: ", status.message(),
+                     nvme ? absl::StrCat("; nothing of step ", step, " was committed (the job's NVMe state is its "
+                                         "last commit: ", step == 0 ? std::string("its initial state")
+                                         : absl::StrCat("the end of step ", step - 1), "). Attach its ranks "
+                                         "again (Attach, RegisterTensors, no InitParams) and resend step ", step,
+                                         "'s gradients; if the same shard fails again, the device is failing: "
+                                         "restore the job from a checkpoint (LoadCheckpoint)")
+                         : std::string()));
+    reload_needed_ = nvme;
     changed_.SignalAll();
     return;
   }
@@ -1127,6 +1159,7 @@ absl::Status Job::WriteRecord(const std::string& record) {
 
 absl::Status Job::CommitWithRecord(const std::string& record) {
   absl::MutexLock lock(&commit_mu_);
+  if (superseded_) return absl::FailedPreconditionError(absl::StrCat("job '", settings_.name, "' was reloaded"));
   if (retired_) {
     services_.nvme->Rollback(id_);
     return absl::FailedPreconditionError(absl::StrCat("job '", settings_.name, "' was deleted"));

@@ -195,6 +195,15 @@ class Job {
 
   // Stops the worker after the step in progress (graceful shutdown).
   void Stop();
+  // ZeRO-Infinity: an optimizer step failed (an NVMe fault: EIO, ENOSPC, a
+  // torn write, a checksum mismatch) and was rolled back, so the job's state
+  // on NVMe is its last committed step. JobRegistry::Attach then replaces the
+  // job by one restored from that commit, as after a restart.
+  bool NeedsReload() const;
+  // For that replacement: stops the worker, waits out any pass over the
+  // states, and drops the job's uncommitted NVMe writes; from then on this
+  // object neither commits nor rolls back (its replacement has the same id).
+  void Supersede();
   // The job is deleted (by request or expiry): after Stop, removes its
   // record and shards from NVMe in one commit, so it stays deleted after a
   // restart and its space is free. Later commits of the job are refused.
@@ -284,6 +293,7 @@ class Job {
   // not bring the job back).
   absl::Mutex commit_mu_;
   bool retired_ ABSL_GUARDED_BY(commit_mu_) = false;
+  bool superseded_ ABSL_GUARDED_BY(commit_mu_) = false;  // see Supersede
   std::vector<TensorSpec> tensors_;         // fixed at the first Register
   std::vector<uint32_t> group_of_;          // param group per tensor, fixed with tensors_
   uint32_t num_groups_ = 1;                 // 1 + the largest group index
@@ -307,6 +317,7 @@ class Job {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, StepOutcome> outcomes_ ABSL_GUARDED_BY(mu_);
   absl::Status worker_error_ ABSL_GUARDED_BY(mu_);
+  bool reload_needed_ ABSL_GUARDED_BY(mu_) = false;  // see NeedsReload
   LossScaler scaler_ ABSL_GUARDED_BY(mu_);
   uint64_t optimizer_steps_ ABSL_GUARDED_BY(mu_) = 0;
   // Per-group hyperparameters in force (BeginStep's values without the

@@ -107,6 +107,12 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
   {
     absl::MutexLock lock(&mu_);
     if (!registered_) return absl::FailedPreconditionError("the job has no registered tensors to save");
+    if (!worker_error_.ok()) {
+      // Its states may be half of a failed step: save only what it resumes from.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the job's last step failed (", worker_error_.message(), "); checkpoint it after it resumes: attach "
+          "its ranks again and the daemon reloads it at its last committed step"));
+    }
     if (step_queued_) {
       return absl::FailedPreconditionError("a step is running; checkpoint between steps (after WaitStep)");
     }

@@ -94,4 +94,16 @@ absl::Status RecoverJobs(ExtentStore* store, const JobServices& services, JobReg
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<Job>> RestoreCommittedJob(ExtentStore* store, uint64_t id,
+                                                         const JobServices& services) {
+  const ShardKey key = Job::RecordKey(id);
+  absl::StatusOr<uint64_t> size = store->SizeOf(key);
+  if (!size.ok()) return size.status();
+  absl::StatusOr<AlignedBuffer> buffer = AlignedBuffer::Allocate(std::max<uint64_t>(*size, 1), store->alignment());
+  if (!buffer.ok()) return buffer.status();
+  absl::StatusOr<uint64_t> got = store->Read(key, buffer->span());
+  if (!got.ok()) return got.status();
+  return Job::Restore(id, std::string(reinterpret_cast<const char*>(buffer->data()), *got), services);
+}
+
 }  // namespace strata

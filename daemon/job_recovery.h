@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "daemon/job.h"
 #include "daemon/job_registry.h"
 
@@ -26,6 +27,12 @@ class ExtentStore;
 // when the store itself fails (a job that cannot be restored is logged).
 absl::Status RecoverJobs(ExtentStore* store, const JobServices& services, JobRegistry* registry,
                          std::vector<std::string>* log);
+
+// Job `id` as of its last commit: its record read back from `store` and the
+// job rebuilt from it (its states and params stay on NVMe). Used to reload a
+// job whose step failed on an NVMe fault (JobRegistry::Attach).
+absl::StatusOr<std::unique_ptr<Job>> RestoreCommittedJob(ExtentStore* store, uint64_t id,
+                                                         const JobServices& services);
 
 }  // namespace strata
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/random_id.h"
+#include "daemon/job_recovery.h"
 
 namespace strata {
 namespace {
@@ -178,7 +179,48 @@ void JobRegistry::EndSessionLocked(uint64_t session_id) {
   }
 }
 
+absl::Status JobRegistry::ReloadFailedJob(const std::string& name, const std::shared_ptr<Job>& failed) {
+  absl::MutexLock reload_lock(&reload_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end() || it->second != failed) return absl::OkStatus();  // reloaded or deleted meanwhile
+    // The failed job's sessions end first: their calls now fail with "attach again".
+    std::vector<uint64_t> ended;
+    for (const auto& [sid, s] : sessions_) {
+      if (s.job_id == failed->id()) ended.push_back(sid);
+    }
+    for (uint64_t sid : ended) EndSessionLocked(sid);
+  }
+  failed->Supersede();
+  absl::StatusOr<std::unique_ptr<Job>> restored = RestoreCommittedJob(services_.nvme, failed->id(), services_);
+  if (!restored.ok()) {
+    return absl::Status(restored.status().code(),
+                        absl::StrCat("job '", name, "' failed on NVMe and reloading its last committed step failed "
+                                     "too: ", restored.status().message(), "; attach again to retry, or restore "
+                                     "it from a checkpoint (LoadCheckpoint)"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(name);
+  if (it != jobs_.end() && it->second == failed) it->second = std::move(*restored);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AttachResult> JobRegistry::Attach(const std::string& job_name, uint32_t rank, const Caller& caller) {
+  {
+    std::shared_ptr<Job> failed;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = jobs_.find(job_name);
+      if (it != jobs_.end() && MayManage(caller, *it->second) && services_.nvme != nullptr &&
+          it->second->NeedsReload()) {
+        failed = it->second;
+      }
+    }
+    if (failed != nullptr) {
+      if (absl::Status s = ReloadFailedJob(job_name, failed); !s.ok()) return s;
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("the daemon is draining and accepts no new attaches");
   auto it = jobs_.find(job_name);

@@ -66,6 +66,9 @@ class JobRegistry {
   std::vector<std::shared_ptr<Job>> JobsOf(const Caller& caller) const;
   uint32_t AttachedRanks(uint64_t job_id) const;
 
+  // A ZeRO-Infinity job whose step failed on an NVMe fault (Job::NeedsReload)
+  // is first replaced by a copy restored from its last commit: its old
+  // sessions end, and the trainers resume from that step as after a restart.
   absl::StatusOr<AttachResult> Attach(const std::string& job, uint32_t rank, const Caller& caller);
   // Resolves a session and renews its lease. NotFound (saying why) for an
   // unknown, expired or replaced session, and for one another uid attached.
@@ -100,6 +103,9 @@ class JobRegistry {
   void EndSessionLocked(uint64_t session_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint64_t> NextJobIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckJobCapLocked(uid_t owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // See Attach. Does NVMe I/O; holds only reload_mu_ meanwhile.
+  absl::Status ReloadFailedJob(const std::string& name, const std::shared_ptr<Job>& failed)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const JobServices services_;
   Clock* const clock_;
@@ -107,6 +113,8 @@ class JobRegistry {
   const absl::Duration reattach_timeout_;
   const uint32_t max_jobs_per_uid_;
 
+  // One reload at a time, so two ranks attaching at once restore the job once.
+  absl::Mutex reload_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);

@@ -162,6 +162,7 @@ void ParamCache::ReadTurn() {
     e.state = State::kAbsent;
     resident_bytes_ -= e.bytes;
   } else {
+    e.read_error = absl::OkStatus();  // an earlier failed read of this shard is history
     e.state = State::kResident;
     stats_.bytes_read += ref.bytes;
   }
@@ -205,7 +206,10 @@ absl::Status ParamCache::Acquire(uint32_t rank, absl::Span<const uint32_t> indic
       absl::Status error = e.read_error.ok() ? absl::UnavailableError("read failed") : e.read_error;
       for (uint32_t i : indices) --entries_[{rank, i}].pins;
       return absl::Status(error.code(), absl::StrCat("reading param shard ", index, " of rank ", rank,
-                                                     " from NVMe: ", error.message()));
+                                                     " from NVMe: ", error.message(),
+                                                     "; the job's state is unchanged: Acquire again (the read "
+                                                     "is retried), and if the shard keeps failing restore the "
+                                                     "job from a checkpoint (LoadCheckpoint)"));
     }
   }
   stats_.stall_s += absl::ToDoubleSeconds(absl::Now() - start);

@@ -17,6 +17,11 @@
 #include "daemon/daemon_config.h"
 #include "daemon/daemon_server.h"
 #include "glog/logging.h"
+#ifdef STRATA_FAULT_INJECTION
+// The test-only build, stratad-faults (tests/faults/CMakeLists.txt): the
+// production binary has neither this flag nor the code behind it.
+#include "swap/testing/fault_plan.h"
+#endif
 
 ABSL_FLAG(std::string, config, "", "config file (protobuf text format or JSON, schema strata.v1.DaemonConfig)");
 ABSL_FLAG(std::string, socket, "", "Unix socket of the control plane (overrides socket_path)");
@@ -49,6 +54,9 @@ ABSL_FLAG(std::string, max_region_bytes, "", "bytes of one rank's exchange regio
 ABSL_FLAG(std::string, max_name_length, "", "bytes of a tensor name (default 1024)");
 ABSL_FLAG(std::string, max_world_size, "", "ranks of one job (default 4096)");
 ABSL_FLAG(std::string, max_pending_waits, "", "blocking WaitStep/Acquire calls at once (default 256)");
+#ifdef STRATA_FAULT_INJECTION
+ABSL_FLAG(std::string, fault_plan, "", "TEST BUILD ONLY: faults to inject into one job's NVMe I/O (swap/testing/fault_plan.h)");
+#endif
 
 namespace strata {
 namespace {
@@ -161,9 +169,26 @@ int Main(int argc, char** argv) {
     return 2;
   }
   LOG(INFO) << "stratad starting with configuration:\n" << DescribeDaemonSettings(*settings);
+  const IoEngineDecorator* io_decorator = nullptr;
+#ifdef STRATA_FAULT_INJECTION
+  std::unique_ptr<FaultPlanEngines> faults;
+  IoEngineDecorator fault_decorator;
+  if (const std::string text = absl::GetFlag(FLAGS_fault_plan); !text.empty()) {
+    auto plan = ParseFaultPlan(text);
+    if (!plan.ok()) {
+      LOG(ERROR) << "stratad: " << plan.status().message();
+      return 2;
+    }
+    faults = std::make_unique<FaultPlanEngines>(*plan);
+    fault_decorator.result_hook = faults->result_hook();
+    fault_decorator.wrap = [&faults](std::unique_ptr<IoEngine> inner) { return faults->Wrap(std::move(inner)); };
+    io_decorator = &fault_decorator;
+    LOG(WARNING) << "stratad: FAULT INJECTION (test build): " << plan->description;
+  }
+#endif
   auto server = DaemonServer::Create(*settings, *config, [](const std::string& line) {
     LOG(INFO) << "stratad: " << line;
-  });
+  }, io_decorator);
   if (!server.ok()) {
     LOG(ERROR) << "stratad: cannot start: " << server.status().message();
     return 1;
@@ -190,6 +215,9 @@ int Main(int argc, char** argv) {
   LOG(INFO) << "stratad: " << (received == SIGTERM ? "received SIGTERM" : received == SIGINT ? "received SIGINT" : "drain requested")
             << ", stopping: no new jobs or attaches, finishing in-flight steps, flushing NVMe";
   (*server)->Stop();
+#ifdef STRATA_FAULT_INJECTION
+  if (faults != nullptr) LOG(INFO) << "stratad: " << faults->Summary();
+#endif
   LOG(INFO) << "stratad stopped cleanly";
   return 0;
 }

@@ -461,7 +461,7 @@ absl::Status ExtentStoreImpl::RunExtentIo(Lane& lane, IoOp op, const ExtentRecor
   // user_data is the chunk's index; offsets holds its offset in the shard.
   for (uint64_t o = 0; o < body; o += chunk_bytes_) {
     requests.push_back(IoRequest{op, file_id, rec.offset_bytes + o, data + o,
-                                 std::min(chunk_bytes_, body - o), requests.size()});
+                                 std::min(chunk_bytes_, body - o), requests.size(), OwnerOf(rec.key)});
     offsets.push_back(o);
   }
   if (tail > 0) {
@@ -469,7 +469,8 @@ absl::Status ExtentStoreImpl::RunExtentIo(Lane& lane, IoOp op, const ExtentRecor
       std::memcpy(bounce, data + body, tail);
       std::memset(bounce + tail, 0, alignment_ - tail);
     }
-    requests.push_back(IoRequest{op, file_id, rec.offset_bytes + body, bounce, alignment_, requests.size()});
+    requests.push_back(
+        IoRequest{op, file_id, rec.offset_bytes + body, bounce, alignment_, requests.size(), OwnerOf(rec.key)});
     offsets.push_back(body);
   }
   auto shard_bytes = [&](size_t i) {

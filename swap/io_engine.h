@@ -71,6 +71,10 @@ struct IoRequest {
   uint64_t length_bytes = 0;
   // Echoed in the completion. The engine does not interpret it.
   uint64_t user_data = 0;
+  // Whom the request is for (the extent store puts the shard's owner, its
+  // job, here). Engines ignore it; a decorator may use it (the test-only
+  // swap/testing/fault_injection_io_engine.h scopes faults to one job by it).
+  uint64_t tag = 0;
 };
 
 struct IoCompletion {

@@ -12,7 +12,13 @@
 namespace strata {
 
 FaultInjectionIoEngine::FaultInjectionIoEngine(IoEngine* inner, FaultPolicy policy, Clock* clock)
-    : inner_(inner), schedule_(std::move(policy)), clock_(clock) {
+    : FaultInjectionIoEngine(inner, static_cast<FaultSchedule*>(nullptr), clock) {
+  owned_schedule_ = std::make_unique<FaultSchedule>(std::move(policy));
+  schedule_ = owned_schedule_.get();
+}
+
+FaultInjectionIoEngine::FaultInjectionIoEngine(IoEngine* inner, FaultSchedule* shared, Clock* clock)
+    : inner_(inner), schedule_(shared), clock_(clock) {
   if (clock_ == nullptr) {
     owned_clock_ = std::make_unique<RealClock>();
     clock_ = owned_clock_.get();
@@ -45,9 +51,9 @@ absl::StatusOr<size_t> FaultInjectionIoEngine::Submit(absl::Span<const IoRequest
                                           absl::UnavailableError(describe() + ": process crashed"), 0}});
       continue;
     }
-    std::optional<FaultRule> rule = schedule_.Next(r.op);
+    std::optional<FaultRule> rule = schedule_->Next(r.op, r.tag);
     IoRequest f = r;
-    Forwarded meta{r.user_data, false, r};
+    Forwarded meta{r.user_data, false, false, r, r.length_bytes};
     if (rule.has_value()) {
       switch (rule->kind) {
         case FaultKind::kEio:
@@ -69,6 +75,8 @@ absl::StatusOr<size_t> FaultInjectionIoEngine::Submit(absl::Span<const IoRequest
           }
           f.length_bytes = keep;
           meta.torn = true;
+          meta.torn_silent = rule->torn_silent;
+          meta.forwarded_length = keep;
           break;
         }
         case FaultKind::kShortTransfer:
@@ -86,7 +94,10 @@ absl::StatusOr<size_t> FaultInjectionIoEngine::Submit(absl::Span<const IoRequest
   // Requests up to (not including) the first one the inner engine refused
   // are accepted; injected ones beyond that point are dropped with it.
   size_t accepted_prefix = accepted < forward.size() ? forward_index[accepted] : requests.size();
-  for (size_t k = 0; k < accepted; ++k) forwarded_[forward[k].user_data] = forward_meta[k];
+  for (size_t k = 0; k < accepted; ++k) {
+    forwarded_[forward[k].user_data] = forward_meta[k];
+    if (tags_ != nullptr) tags_->Add(forward[k].offset_bytes, forward[k].length_bytes, forward[k].tag);
+  }
   for (Pending& p : injected) {
     if (p.index < accepted_prefix) synthesized_.push_back(std::move(p.completion));
   }
@@ -110,7 +121,12 @@ absl::Status FaultInjectionIoEngine::Reap(size_t min_completions, absl::Duration
     Forwarded meta = std::move(it->second);
     forwarded_.erase(it);
     c.user_data = meta.user_data;
-    if (meta.torn && c.status.ok()) {
+    if (tags_ != nullptr) {
+      tags_->Remove(meta.original.offset_bytes, meta.forwarded_length, meta.original.tag);
+    }
+    if (meta.torn && meta.torn_silent && c.status.ok()) {
+      c.transferred_bytes = meta.original.length_bytes;  // the lie a lost tail tells
+    } else if (meta.torn && c.status.ok()) {
       c.status = ErrnoToStatus(EIO, absl::StrCat("writing ", paths_[meta.original.file.value],
                                                  " at offset ", meta.original.offset_bytes, ", ",
                                                  meta.original.length_bytes, " bytes (injected): torn after ",

@@ -6,14 +6,17 @@
 //                   the file;
 //   kTornWrite      only the first `torn_bytes` of a write are written, then
 //                   the request completes with EIO -- the bytes a crash in the
-//                   middle of a write leaves behind;
+//                   middle of a write leaves behind; with `torn_silent` it
+//                   completes OK (a lost tail only a checksum on read finds);
 //   kDelay          Submit waits `delay` on the Clock before forwarding (a
 //                   FakeClock makes this instant and observable);
 //   crash()         after SimulateCrash(), every write is dropped (it
 //                   completes with Unavailable and touches nothing), as if the
 //                   process had died before issuing it.
 // Short transfers and EAGAIN belong beneath an engine's retry logic: use
-// FaultInjector as IoEngineOptions::result_hook for those.
+// FaultInjector as IoEngineOptions::result_hook for those (with the same
+// InFlightTags as the decorator to scope them to one IoRequest::tag).
+// Rules with only_tag fire only on requests carrying that tag.
 //
 // Thread-compatible, like the engine it wraps. The inner engine is borrowed
 // and must outlive the decorator.
@@ -29,6 +32,7 @@
 #include "core/clock.h"
 #include "swap/io_engine.h"
 #include "swap/testing/fault_policy.h"
+#include "swap/testing/in_flight_tags.h"
 
 namespace strata {
 
@@ -36,6 +40,9 @@ class FaultInjectionIoEngine final : public IoEngine {
  public:
   // `clock` may be null (delays then use a RealClock); borrowed otherwise.
   FaultInjectionIoEngine(IoEngine* inner, FaultPolicy policy, Clock* clock = nullptr);
+  // As above, counting events on `shared` (borrowed), so that decorators of
+  // several engines (a store's I/O lanes) see one sequence of events.
+  FaultInjectionIoEngine(IoEngine* inner, FaultSchedule* shared, Clock* clock = nullptr);
 
   const IoEngineInfo& info() const override { return inner_->info(); }
   absl::StatusOr<IoFileId> RegisterFile(int fd, absl::string_view path) override;
@@ -56,19 +63,28 @@ class FaultInjectionIoEngine final : public IoEngine {
   // can look at what a crash left behind through the same engine.
   void SimulateCrash() { crashed_ = true; }
 
-  const FaultSchedule& schedule() const { return schedule_; }
+  const FaultSchedule& schedule() const { return *schedule_; }
+
+  // Records each forwarded request's byte range and tag in `tags` until its
+  // completion is reaped (borrowed, may be shared by several decorators).
+  // Set before the first Submit.
+  void set_in_flight_tags(InFlightTags* tags) { tags_ = tags; }
 
  private:
   struct Forwarded {
     uint64_t user_data = 0;
     bool torn = false;
+    bool torn_silent = false;
     IoRequest original;
+    uint64_t forwarded_length = 0;
   };
 
   IoEngine* inner_;
-  FaultSchedule schedule_;
+  std::unique_ptr<FaultSchedule> owned_schedule_;
+  FaultSchedule* schedule_;
   std::unique_ptr<Clock> owned_clock_;
   Clock* clock_;
+  InFlightTags* tags_ = nullptr;
   bool crashed_ = false;
   absl::flat_hash_map<uint32_t, std::string> paths_;
   uint64_t next_tag_ = 1;

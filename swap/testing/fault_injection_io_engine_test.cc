@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "swap/aligned_buffer.h"
 #include "swap/direct_io.h"
+#include "swap/testing/fault_plan.h"
 #include "swap/testing/test_dir.h"
 
 namespace strata {
@@ -127,6 +129,93 @@ TEST_F(FaultInjectionIoEngineTest, AfterCrashWritesAreDroppedAndReadsWork) {
     }
   }
   EXPECT_EQ(b.data()[0], std::byte{0});  // the read saw the untouched file
+}
+
+// A rule with only_tag hits only requests carrying that tag (a job's
+// extents): the harness's guarantee that other jobs are untouched.
+TEST_F(FaultInjectionIoEngineTest, OnlyTagScopesFaultsToOneOwner) {
+  FaultPolicy p;
+  p.rules.push_back(FaultRule::OnNth(FaultKind::kEio, 1, IoOp::kWrite));
+  p.rules.back().only_tag = 7;
+  p.rules.back().run = 2;
+  FaultInjectionIoEngine e(inner_.get(), p);
+  IoFileId id = *e.RegisterFile(fd_, path_);
+  AlignedBuffer buf = *AlignedBuffer::Allocate(4096);
+  std::memset(buf.data(), 3, buf.size());
+  std::vector<IoCompletion> done =
+      Run(e, {IoRequest{IoOp::kWrite, id, 0, buf.data(), 4096, 1, /*tag=*/8},
+              IoRequest{IoOp::kWrite, id, 4096, buf.data(), 4096, 2, /*tag=*/7},
+              IoRequest{IoOp::kWrite, id, 8192, buf.data(), 4096, 3, /*tag=*/8},
+              IoRequest{IoOp::kWrite, id, 12288, buf.data(), 4096, 4, /*tag=*/7},
+              IoRequest{IoOp::kWrite, id, 16384, buf.data(), 4096, 5, /*tag=*/7}});
+  std::map<uint64_t, absl::Status> by_id;
+  for (const IoCompletion& c : done) by_id[c.user_data] = c.status;
+  EXPECT_TRUE(by_id[1].ok());
+  EXPECT_TRUE(absl::IsDataLoss(by_id[2])) << by_id[2];
+  EXPECT_TRUE(by_id[3].ok());
+  EXPECT_TRUE(absl::IsDataLoss(by_id[4])) << by_id[4];  // run = 2
+  EXPECT_TRUE(by_id[5].ok());
+  EXPECT_EQ(e.schedule().fired(FaultKind::kEio), 2u);
+}
+
+// A silent tear reports success, and only the prefix reached the file.
+TEST_F(FaultInjectionIoEngineTest, SilentTornWriteReportsSuccess) {
+  FaultPolicy p;
+  p.rules.push_back(FaultRule::OnNth(FaultKind::kTornWrite, 1, IoOp::kWrite));
+  p.rules.back().torn_bytes = 4096;
+  p.rules.back().torn_silent = true;
+  FaultInjectionIoEngine e(inner_.get(), p);
+  IoFileId id = *e.RegisterFile(fd_, path_);
+  AlignedBuffer ones = *AlignedBuffer::Allocate(16384);
+  std::memset(ones.data(), 1, ones.size());
+  std::vector<IoCompletion> done = Run(e, {IoRequest{IoOp::kWrite, id, 0, ones.data(), 16384, 1}});
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].status.ok()) << done[0].status;
+  EXPECT_EQ(done[0].transferred_bytes, 16384u);
+  AlignedBuffer back = *AlignedBuffer::Allocate(16384);
+  std::vector<IoCompletion> read = Run(*inner_, {IoRequest{IoOp::kRead, id, 0, back.data(), 16384, 2}});
+  ASSERT_TRUE(read[0].status.ok());
+  EXPECT_EQ(std::to_integer<int>(back.data()[4095]), 1);
+  EXPECT_EQ(std::to_integer<int>(back.data()[4096]), 0);  // the lost tail
+}
+
+// Kernel-level short transfers, scoped by tag through InFlightTags: the
+// engine resubmits the rest, so the data is whole and the request OK.
+TEST_F(FaultInjectionIoEngineTest, ScopedShortTransfersAreResubmittedByTheEngine) {
+  FaultPlan plan = *ParseFaultPlan("tag=9,op=write,kind=short,after=1,run=4");
+  FaultPlanEngines faults(plan);
+  IoEngineOptions o;
+  o.queue_depth = 4;
+  o.block_size_bytes = 64 << 10;
+  o.result_hook = faults.result_hook();
+  std::unique_ptr<IoEngine> e = faults.Wrap(*NewPsyncEngine(o));
+  IoFileId id = *e->RegisterFile(fd_, path_);
+  AlignedBuffer twos = *AlignedBuffer::Allocate(65536);
+  std::memset(twos.data(), 2, twos.size());
+  std::vector<IoCompletion> done = Run(*e, {IoRequest{IoOp::kWrite, id, 0, twos.data(), 65536, 1, /*tag=*/3},
+                                            IoRequest{IoOp::kWrite, id, 65536, twos.data(), 65536, 2, /*tag=*/9}});
+  for (const IoCompletion& c : done) EXPECT_TRUE(c.status.ok()) << c.status;
+  EXPECT_THAT(faults.Summary(), ::testing::HasSubstr("short (applied) 4"));
+  AlignedBuffer back = *AlignedBuffer::Allocate(131072);
+  std::vector<IoCompletion> read = Run(*e, {IoRequest{IoOp::kRead, id, 0, back.data(), 131072, 3}});
+  ASSERT_TRUE(read[0].status.ok());
+  for (size_t i = 0; i < 131072; ++i) ASSERT_EQ(std::to_integer<int>(back.data()[i]), 2) << i;
+}
+
+TEST(FaultPlanTest, ParsesRulesAndRefusesPlansWithoutOneJob) {
+  absl::StatusOr<FaultPlan> plan = ParseFaultPlan("tag=5,op=read,kind=eio,after=3; tag=5,kind=short,run=2");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->request_level.rules.size(), 1u);
+  EXPECT_EQ(plan->request_level.rules[0].nth, 3u);
+  EXPECT_EQ(*plan->request_level.rules[0].only_tag, 5u);
+  EXPECT_EQ(*plan->request_level.rules[0].only_op, IoOp::kRead);
+  ASSERT_EQ(plan->kernel_level.rules.size(), 1u);
+  EXPECT_EQ(plan->kernel_level.rules[0].run, 2u);
+  EXPECT_THAT(ParseFaultPlan("op=write,kind=eio").status().message(), ::testing::HasSubstr("tag=<job id>"));
+  EXPECT_THAT(ParseFaultPlan("tag=1,kind=boom").status().message(), ::testing::HasSubstr("kind must be"));
+  EXPECT_THAT(ParseFaultPlan("tag=1,kind=torn,op=read").status().message(), ::testing::HasSubstr("op=write"));
+  EXPECT_THAT(ParseFaultPlan("tag=1,kind=eio,after=0").status().message(), ::testing::HasSubstr("after>=1"));
+  EXPECT_FALSE(ParseFaultPlan("").ok());
 }
 
 }  // namespace

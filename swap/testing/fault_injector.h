@@ -10,10 +10,12 @@
 #ifndef STRATA_SWAP_TESTING_FAULT_INJECTOR_H_
 #define STRATA_SWAP_TESTING_FAULT_INJECTOR_H_
 
+#include <atomic>
 #include <cstdint>
 
 #include "swap/io_engine.h"
 #include "swap/testing/fault_policy.h"
+#include "swap/testing/in_flight_tags.h"
 
 namespace strata {
 
@@ -26,8 +28,17 @@ class FaultInjector final : public IoResultHook {
                        int64_t result) override;
 
   const FaultSchedule& schedule() const { return schedule_; }
+  // Results actually changed (a kShortTransfer rule that fires on a piece too
+  // small to shorten changes nothing).
+  uint64_t applied() const { return applied_.load(); }
+
+  // Rules with only_tag then see the tag of the request a piece belongs to
+  // (see InFlightTags). Borrowed; set before the engine runs.
+  void set_in_flight_tags(const InFlightTags* tags) { tags_ = tags; }
 
  private:
+  const InFlightTags* tags_ = nullptr;
+  std::atomic<uint64_t> applied_{0};
   FaultSchedule schedule_;
   uint32_t alignment_;
 };

@@ -35,14 +35,22 @@ struct FaultRule {
   FaultKind kind = FaultKind::kEio;
   // Only events of this op count and can fire; unset: both.
   std::optional<IoOp> only_op;
+  // Only events of requests with this IoRequest::tag (the extent store's
+  // owner: a job id) count and can fire; unset: every request.
+  std::optional<uint64_t> only_tag;
   // Fire on the n-th matching event (1-based). 0: not by count.
   uint64_t nth = 0;
+  // With nth: fire on the `run` matching events nth, nth+1, ... (a burst).
+  uint64_t run = 1;
   // Else fire with this probability on every matching event.
   double probability = 0.0;
   // Stop after firing this many times; 0: no limit.
   uint64_t max_fires = 0;
   // kTornWrite: bytes written before the tear (rounded down to 4 KiB).
   uint64_t torn_bytes = 4096;
+  // kTornWrite: the request completes OK instead of with EIO -- a tail the
+  // device acknowledged but lost, which only a checksum on read can find.
+  bool torn_silent = false;
   // kDelay.
   absl::Duration delay = absl::ZeroDuration();
 
@@ -75,9 +83,10 @@ class FaultSchedule {
  public:
   explicit FaultSchedule(FaultPolicy policy);
 
-  // Counts one event of `op` and returns the rule that fires on it, if any
-  // (the first in policy order).
-  std::optional<FaultRule> Next(IoOp op);
+  // Counts one event of `op` (of a request tagged `tag`, when known) and
+  // returns the rule that fires on it, if any (the first in policy order).
+  // Rules with only_tag match only events whose tag is known and equal.
+  std::optional<FaultRule> Next(IoOp op, std::optional<uint64_t> tag = std::nullopt);
 
   // How many times rules of `kind` have fired.
   uint64_t fired(FaultKind kind) const;
