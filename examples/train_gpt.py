@@ -134,10 +134,16 @@ def _train(rank, world, mode, cfg, socket):
             sched.step()
         dist.all_reduce(total)
         losses.append(total.item() / (cfg["accumulation"] * world))
+    extra = {}
+    if mode in ("zero3", "infinity"):
+        # Between steps the trainer holds only the resident (tiny) params whole.
+        extra["held_between_steps"] = sum(p.numel() for p in model.parameters())
+        extra["daemon_stats"] = [line for line in opt.client.stats_text().splitlines()
+                                 if opt.job_name in line]
     if mode != "torch":
         opt.close()     # ZeRO-3: leaves every param whole with its trained value
     params = {name: p.detach().clone() for name, p in model.named_parameters()}
-    return {"losses": losses, "params": params}
+    return {"losses": losses, "params": params, **extra}
 
 
 def run_mode(mode, cfg, socket, world, workdir):

@@ -478,18 +478,15 @@ def options_from_config(zero):
 
     offload_param.device "nvme" -> mode infinity, its max_in_cpu (param elements kept in host memory)
     -> the pinned budget; "cpu" or none -> mode offload (the params' home is the daemon's host
-    memory either way: a CPU trainer has no GPU to keep them on). stage3_param_persistence_threshold
+    memory either way: a CPU trainer has no GPU to keep them on). The optimizer state follows the
+    params (an infinity job keeps both on NVMe; offload_optimizer is not read).
+    stage3_param_persistence_threshold
     -> the params that stay whole in the trainer."""
     param = zero.get("offload_param") or {}
     device = str(param.get("device", "none")).lower()
     if device not in ("none", "cpu", "nvme"):
         raise ValueError(f"zero_optimization.offload_param.device '{param.get('device')}': expected none, cpu "
                          "or nvme")
-    optim = zero.get("offload_optimizer") or {}
-    odevice = str(optim.get("device", "none")).lower()
-    if device == "nvme" and odevice not in ("none", "cpu", "nvme"):
-        raise ValueError(f"zero_optimization.offload_optimizer.device '{optim.get('device')}': expected none, "
-                         "cpu or nvme")
     threshold = zero.get("stage3_param_persistence_threshold", _PERSISTENCE_DEFAULT)
     if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
         raise ValueError(f"zero_optimization.stage3_param_persistence_threshold must be a non-negative integer, "

@@ -1,0 +1,105 @@
+"""(b) ZeRO-3 from Python: the tiny GPT of (a), 2 ranks over gloo, 30 steps,
+two param groups, warmup + cosine, clipping and accumulation 2, through
+st.initialize at ZeRO stage 3 -- offload_param cpu (zero3) and NVMe with a
+host budget of a quarter of the params (infinity) -- against DDP +
+torch.optim.AdamW and strata's ZeRO-2 offload run, and against each other
+bit for bit."""
+import re
+import tempfile
+
+import pytest
+import torch
+
+import train_gpt
+from conftest import Daemon
+from strata.torch import zero3
+
+ZERO3 = ["zero3", "infinity"]
+
+
+@pytest.fixture(scope="module")
+def nvme_stratad():
+    with tempfile.TemporaryDirectory(prefix="strata-py-z3-") as d:
+        daemon = Daemon(d, ["--nvme_path", d, "--nvme_capacity", "256MiB"])
+        yield daemon
+        daemon.stop()
+        assert daemon.proc.returncode == 0, f"stratad exited {daemon.proc.returncode}:\n{daemon.log_text()}"
+
+
+@pytest.fixture(scope="module")
+def runs(nvme_stratad, tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("gpt3"))
+    cfg = dict(train_gpt.DEFAULTS)
+    return {mode: train_gpt.run_mode(mode, cfg, nvme_stratad.socket, 2, workdir)
+            for mode in ["torch", "ds-config"] + ZERO3}
+
+
+@pytest.mark.parametrize("ref", ["torch", "ds-config"])
+@pytest.mark.parametrize("mode", ZERO3)
+def test_losses_and_params_match(runs, mode, ref):
+    assert len(runs[mode][0]["losses"]) == 30
+    for step, (a, b) in enumerate(zip(runs[mode][0]["losses"], runs[ref][0]["losses"])):
+        assert abs(a - b) <= 1e-5 * abs(b), f"{mode} step {step}: loss {a} vs {ref} {b}"
+    for rank in range(2):
+        want, got = runs[ref][rank]["params"], runs[mode][rank]["params"]
+        assert got.keys() == want.keys()
+        for name in want:
+            assert got[name].shape == want[name].shape, f"{mode} {name}: shape {got[name].shape}"
+            diff = (got[name] - want[name]).abs().max().item()
+            assert diff <= 1e-5, f"{mode} rank {rank} {name}: max difference {diff} from {ref}"
+
+
+def test_offload_and_infinity_agree_bit_for_bit(runs):
+    assert runs["zero3"][0]["losses"] == runs["infinity"][0]["losses"]
+    for rank in range(2):
+        for name, value in runs["zero3"][rank]["params"].items():
+            assert torch.equal(value, runs["infinity"][rank]["params"][name]), f"rank {rank} {name}"
+
+
+def test_ranks_hold_the_same_params(runs):
+    for mode in ZERO3:
+        a, b = runs[mode][0]["params"], runs[mode][1]["params"]
+        for name in a:
+            assert torch.equal(a[name], b[name]), f"{mode}: rank 0 and 1 differ in {name}"
+
+
+def test_trainer_holds_only_the_tiny_params_between_steps(runs):
+    total = sum(p.numel() for p in runs["torch"][0]["params"].values())
+    tiny = sum(p.numel() for p in runs["torch"][0]["params"].values() if p.numel() <= 256)
+    for mode in ZERO3:
+        for rank in range(2):
+            assert runs[mode][rank]["held_between_steps"] == tiny, (mode, rank, tiny, total)
+    assert tiny < total / 20
+
+
+def test_infinity_pages_params_from_nvme(runs):
+    # With a host budget of a quarter of the params, every step reads params back from NVMe:
+    # far more than the params' own size over 30 steps.
+    total_bytes = 4 * sum(p.numel() for p in runs["torch"][0]["params"].values())
+    (line,) = runs["infinity"][0]["daemon_stats"]
+    read = int(re.search(r"nvme read (\d+) B", line).group(1))
+    assert read > 10 * total_bytes, line
+    (line,) = runs["zero3"][0]["daemon_stats"]
+    assert int(re.search(r"nvme read (\d+) B", line).group(1)) == 0, line
+
+
+def test_deepspeed_stage3_options():
+    assert zero3.options_from_config({"stage": 3}) == {"mode": "offload", "persistence_threshold": 100_000}
+    got = zero3.options_from_config({"stage": 3, "stage3_param_persistence_threshold": 0,
+                                     "offload_param": {"device": "nvme", "nvme_path": "/n", "max_in_cpu": 1000}})
+    assert got == {"mode": "infinity", "persistence_threshold": 0, "pinned_budget_bytes": 4000, "nvme_path": "/n"}
+    with pytest.raises(ValueError, match="offload_param.device 'gpu'"):
+        zero3.options_from_config({"stage": 3, "offload_param": {"device": "gpu"}})
+    with pytest.raises(ValueError, match="stage3_param_persistence_threshold"):
+        zero3.options_from_config({"stage": 3, "stage3_param_persistence_threshold": -1})
+    with pytest.raises(ValueError, match="max_in_cpu"):
+        zero3.options_from_config({"stage": 3, "offload_param": {"device": "nvme", "max_in_cpu": 0}})
+
+
+def test_stage3_refuses_fp16():
+    import strata.torch as st
+    model = torch.nn.Linear(4, 4)
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
+           "optimizer": {"type": "AdamW"}, "fp16": {"enabled": True}}
+    with pytest.raises(ValueError, match="float32"):
+        st.initialize(model, config=cfg, socket="/nonexistent/s.sock")
