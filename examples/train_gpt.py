@@ -1,7 +1,7 @@
 """Train a small GPT-style model as N ranks (torch.distributed over gloo)
 through stratad, next to the same run with DDP + torch.optim.AdamW in-process.
 
-    python examples/train_gpt.py --socket /path/stratad.sock [--steps 30] [--ranks 2]
+    python examples/train_gpt.py --socket /path/stratad.sock [--steps 30] [--ranks 2] [--modes ...]
 
 Modes (--modes, comma-separated):
   torch        DDP + torch.optim.AdamW (the reference, no strata)
@@ -160,7 +160,8 @@ def main():
                              "put the ranks on that many daemons (\"nodes\"), in contiguous runs")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=DEFAULTS["steps"])
-    parser.add_argument("--modes", default="torch,offload,offload-ddp,ds-config")
+    parser.add_argument("--modes", default="torch,offload,offload-ddp,ds-config,infinity",
+                        help="infinity needs a stratad with --nvme_path (scripts/train_gpt.sh starts one)")
     args = parser.parse_args()
     cfg = dict(DEFAULTS, steps=args.steps)
     modes = args.modes.split(",")
@@ -184,6 +185,11 @@ def main():
                  for k in results[ref][0]["params"])
         print(f"{m} vs {ref}: max relative loss difference {rel:.2e}, max param difference {dp:.2e}")
         ok = ok and rel <= 1e-5 and dp <= 1e-5
+    for m in modes:
+        if m in ("zero3", "infinity"):
+            held = results[m][0]["held_between_steps"]
+            print(f"{m}: each rank held {held} of {n_params} param elements between steps; stratad: "
+                  + " ".join(" ".join(results[m][0]["daemon_stats"]).split()))
     print("losses and params agree within 1e-5" if ok else "DIFFERENCE above 1e-5")
     return 0 if ok else 1
 
