@@ -12,11 +12,12 @@ module that owns it runs.
                         the chunks across ranks (torch.distributed);
   forward hook          free the gathered params again;
   backward pre-hook     gather them again (backward needs the weights);
-  post-accumulate-grad  reduce-scatter the param's gradient (torch.distributed),
-                        accumulate this rank's chunk in its grad slot, drop
-                        the full gradient, and free the module's params once
-                        all their gradients are in; at the last micro-batch
-                        of the step signal GradReady.
+  post-accumulate-grad  start the reduce-scatter of the param's gradient
+                        (torch.distributed, asynchronous: backward goes on),
+                        drop the full gradient, and free the module's params
+                        once all their gradients are in; as each reduction
+                        completes, its chunk is accumulated in the grad slot
+                        and, at the last micro-batch of the step, GradReady.
 
 Params of at most `persistence_threshold` elements (DeepSpeed's
 stage3_param_persistence_threshold) stay whole in the trainer: they are
@@ -164,6 +165,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                 self._free(t)
 
         self._micro = [0] * len(self._params)
+        self._pending = []          # (tensor, micro-batch, chunk, flat, work): reduce-scatters in flight
         self._ready = set()
         self._awaiting = {}
         self._begun = None
@@ -296,26 +298,42 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         return hook
 
     def _reduce_grad(self, t, param):
-        world, c, own = self._comm.world_size, self._chunk[t], self._own[t]
+        """Starts the reduce-scatter of param t's gradient; its chunk lands in the grad slot when
+        the collective completes (checked without waiting here, waited for in step())."""
+        world, c = self._comm.world_size, self._chunk[t]
         flat = torch.zeros(c * world, dtype=self._dtype)
         flat[:self._numel[t]].copy_(param.grad.reshape(-1))
         param.grad = None
+        work = None
         if self._comm.distributed:
             flat.div_(world)   # as DDP: the average is the sum of grad / world
             chunk = torch.empty(c, dtype=self._dtype)
-            dist.reduce_scatter_tensor(chunk, flat, group=self._comm.group)
+            work = dist.reduce_scatter_tensor(chunk, flat, group=self._comm.group, async_op=True)
         else:
             chunk = flat
         self._micro[t] += 1
-        slot = self._grad_slot[t]
-        if self._micro[t] % self._gas == 1 or self._gas == 1:
-            slot[:own].copy_(chunk[:own])
-        else:
-            slot[:own].add_(chunk[:own])
-        if self._micro[t] % self._gas == 0:
-            self._begin_step()
-            self._session.grad_ready(t, self._step_index)
-            self._ready.add(t)
+        # Collectives complete in the order they were issued: the queue is drained from the front.
+        self._pending.append((t, self._micro[t], chunk, flat, work))
+        self._complete(wait=False)
+
+    def _complete(self, wait):
+        while self._pending:
+            t, micro, chunk, _, work = self._pending[0]
+            if work is not None:
+                if not wait and not work.is_completed():
+                    return
+                work.wait()
+            self._pending.pop(0)
+            own = self._own[t]
+            slot = self._grad_slot[t]
+            if micro % self._gas == 1 or self._gas == 1:
+                slot[:own].copy_(chunk[:own])
+            else:
+                slot[:own].add_(chunk[:own])
+            if micro % self._gas == 0:
+                self._begin_step()
+                self._session.grad_ready(t, self._step_index)
+                self._ready.add(t)
 
     def _begin_step(self):
         if self._begun is not None:
@@ -337,6 +355,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                 "the param groups' hyperparameters changed between backward and step(): the gradients of this "
                 "step already went to stratad with the earlier values. Step the LR scheduler after "
                 "optimizer.step().", "FAILED_PRECONDITION")
+        self._complete(wait=True)
         self._begin_step()
         for t in range(len(self._params)):
             if t in self._ready:
