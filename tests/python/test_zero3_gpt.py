@@ -103,3 +103,52 @@ def test_stage3_refuses_fp16():
            "optimizer": {"type": "AdamW"}, "fp16": {"enabled": True}}
     with pytest.raises(ValueError, match="float32"):
         st.initialize(model, config=cfg, socket="/nonexistent/s.sock")
+
+
+class _Net(torch.nn.Module):
+    """Two used layers, a norm and an unused layer (its params get no gradient)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.b = torch.nn.Linear(32, 4)
+        self.unused = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.norm(self.a(x))))
+
+
+@pytest.mark.parametrize("mode", ["offload", "infinity"])
+def test_one_process_with_an_unused_layer_and_eval(nvme_stratad, mode):
+    """Zero3AdamW built directly, without torch.distributed: every step equals torch.optim.AdamW
+    given zero gradients for the unused layer (what the optimizer hands the daemon for it); a
+    forward under no_grad gathers and frees as well; close() leaves the trained params whole."""
+    import strata.torch as st
+    torch.manual_seed(3)
+    model = _Net()
+    ref = _Net()
+    ref.load_state_dict(model.state_dict())
+    opt = st.Zero3AdamW(model, lr=1e-2, weight_decay=0.1, socket=nvme_stratad.socket, mode=mode,
+                        persistence_threshold=32, pinned_budget_bytes=8 << 10)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
+    try:
+        assert model.a.weight.numel() == 0 and model.norm.weight.numel() == 32   # partitioned vs resident
+        for step in range(4):
+            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(step))
+            model(x).square().mean().backward()
+            ref(x).square().mean().backward()
+            for p in ref.unused.parameters():
+                p.grad = torch.zeros_like(p)
+            opt.step()
+            opt.zero_grad()
+            ref_opt.step()
+            ref_opt.zero_grad()
+            with torch.no_grad():
+                got, want = model(x), ref(x)
+            assert torch.allclose(got, want, rtol=0, atol=1e-6), f"step {step}: {(got - want).abs().max()}"
+            assert model.b.weight.numel() == 0
+    finally:
+        opt.close()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert p.shape == q.shape and torch.allclose(p, q, rtol=0, atol=1e-6), name
