@@ -33,6 +33,7 @@ register the same partition, so the two give the same bits.
 """
 import os
 import socket as _socket
+import types
 import uuid
 
 import torch
@@ -43,7 +44,36 @@ from strata.errors import StrataError
 from strata.torch import optimizer as offload
 from strata.torch._comm import Comm
 
-_DTYPE_NAMES = {torch.float32: "fp32"}
+
+
+class _LinearSavingTheParam(torch.autograd.Function):
+    """F.linear whose backward keeps the weight param itself, not torch's `weight.t()` view: a
+    saved view would hold the gathered storage from forward until backward, so freeing the param
+    after forward would free nothing (DeepSpeed's stage 3 swaps in a linear for the same reason).
+    Backward reads the param after the backward pre-hook gathered it again."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return torch.nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = grad.matmul(weight)
+        g2 = grad.reshape(-1, grad.shape[-1])
+        if ctx.needs_input_grad[1]:
+            grad_w = g2.t().mm(x.reshape(-1, x.shape[-1]))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = g2.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def _linear_forward(module, x):
+    return _LinearSavingTheParam.apply(x, module.weight, module.bias)
 
 
 class _Zero3Optimizer(torch.optim.Optimizer):
@@ -171,9 +201,14 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         self._begun = None
         self._hooks = []
         self._module_of = {}
+        self._patched = []
         for m, ts in self._modules.items():
             for t in ts:
                 self._module_of[t] = m
+            w = self._index.get(id(getattr(m, "weight", None)))
+            if type(m) is torch.nn.Linear and "forward" not in vars(m) and w is not None and not self._resident[w]:
+                m.forward = types.MethodType(_linear_forward, m)
+                self._patched.append(m)
             self._hooks.append(m.register_forward_pre_hook(self._make_gather_hook(m)))
             self._hooks.append(m.register_forward_hook(self._make_free_hook(m)))
             self._hooks.append(m.register_full_backward_pre_hook(self._make_backward_gather_hook(m)))
@@ -422,6 +457,9 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        for m in self._patched:
+            del m.forward       # the class's forward again
+        self._patched = []
         self._comm.barrier()
         self._grad_slot, self._param_slot = [], []
         self._session.close()
