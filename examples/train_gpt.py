@@ -1,7 +1,7 @@
 """Train a small GPT-style model as N ranks (torch.distributed over gloo)
 through stratad, next to the same run with DDP + torch.optim.AdamW in-process.
 
-    python examples/train_gpt.py --socket /path/stratad.sock [--steps 30] [--ranks 2]
+    python examples/train_gpt.py --socket /path/stratad.sock [--steps 30] [--ranks 2] [--modes ...]
 
 Modes (--modes, comma-separated):
   torch        DDP + torch.optim.AdamW (the reference, no strata)
@@ -10,6 +10,10 @@ Modes (--modes, comma-separated):
   offload-ddp  DDP averages the gradients, OffloadAdamW hands each rank's partition over
   ds-config    st.initialize(model, config=<a DeepSpeed JSON: ZeRO-2, offload_optimizer cpu,
                WarmupCosineLR, clipping, accumulation>)
+  zero3        the same config at ZeRO stage 3 with offload_param cpu: module hooks gather each
+               layer's params from stratad and all-gather them across ranks
+  infinity     stage 3 with params and optimizer state on NVMe (stratad needs --nvme_path), the
+               host-memory budget for params a quarter of the model's
 Every mode uses two param groups (no weight decay on biases and norms), a
 warmup + cosine schedule, gradient clipping at 1.0 and 2 accumulation steps.
 Prints the per-step losses side by side and the largest differences.
@@ -46,12 +50,12 @@ def schedule(cfg):
     return lambda step: ratio(step - 1)
 
 
-def ds_config(cfg):
+def ds_config(cfg, zero=None):
     return {
         "train_micro_batch_size_per_gpu": cfg["batch_size"],
         "gradient_accumulation_steps": cfg["accumulation"],
         "gradient_clipping": cfg["max_norm"],
-        "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+        "zero_optimization": zero or {"stage": 2, "offload_optimizer": {"device": "cpu"}},
         "optimizer": {"type": "AdamW", "params": {"lr": cfg["lr"], "betas": [0.9, 0.999], "eps": 1e-8,
                                                    "weight_decay": cfg["weight_decay"]}},
         "scheduler": {"type": "WarmupCosineLR",
@@ -99,6 +103,15 @@ def _train(rank, world, mode, cfg, socket):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg))
     elif mode == "ds-config":
         runner, opt = st.initialize(model, config=ds_config(cfg), model_parameters=groups, socket=socket)
+    elif mode in ("zero3", "infinity"):
+        # Params of at most 256 elements (norms, biases) stay whole in every rank.
+        zero = {"stage": 3, "stage3_param_persistence_threshold": 256,
+                "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}
+        if mode == "infinity":
+            quarter = sum(p.numel() for p in model.parameters()) // 4
+            zero["offload_param"] = {"device": "nvme", "nvme_path": "/local_nvme", "max_in_cpu": quarter}
+            zero["offload_optimizer"] = {"device": "nvme", "nvme_path": "/local_nvme"}
+        runner, opt = st.initialize(model, config=ds_config(cfg, zero), model_parameters=groups, socket=socket)
     else:
         raise ValueError(f"unknown mode {mode}")
 
@@ -109,7 +122,7 @@ def _train(rank, world, mode, cfg, socket):
             x, y = tiny_gpt.batch(tokens, step, rank, world, cfg["batch_size"], cfg["context"], micro)
             loss = runner(x, y)
             total += loss.detach()
-            if mode == "ds-config":
+            if mode in ("ds-config", "zero3", "infinity"):
                 opt.backward(loss)          # divides by gradient_accumulation_steps, as DeepSpeed's engine
             else:
                 (loss / cfg["accumulation"]).backward()
@@ -121,10 +134,16 @@ def _train(rank, world, mode, cfg, socket):
             sched.step()
         dist.all_reduce(total)
         losses.append(total.item() / (cfg["accumulation"] * world))
-    params = {name: p.detach().clone() for name, p in model.named_parameters()}
+    extra = {}
+    if mode in ("zero3", "infinity"):
+        # Between steps the trainer holds only the resident (tiny) params whole.
+        extra["held_between_steps"] = sum(p.numel() for p in model.parameters())
+        extra["daemon_stats"] = [line for line in opt.client.stats_text().splitlines()
+                                 if opt.job_name in line]
     if mode != "torch":
-        opt.close()
-    return {"losses": losses, "params": params}
+        opt.close()     # ZeRO-3: leaves every param whole with its trained value
+    params = {name: p.detach().clone() for name, p in model.named_parameters()}
+    return {"losses": losses, "params": params, **extra}
 
 
 def run_mode(mode, cfg, socket, world, workdir):
@@ -141,7 +160,8 @@ def main():
                              "put the ranks on that many daemons (\"nodes\"), in contiguous runs")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=DEFAULTS["steps"])
-    parser.add_argument("--modes", default="torch,offload,offload-ddp,ds-config")
+    parser.add_argument("--modes", default="torch,offload,offload-ddp,ds-config,infinity",
+                        help="infinity needs a stratad with --nvme_path (scripts/train_gpt.sh starts one)")
     args = parser.parse_args()
     cfg = dict(DEFAULTS, steps=args.steps)
     modes = args.modes.split(",")
@@ -165,6 +185,11 @@ def main():
                  for k in results[ref][0]["params"])
         print(f"{m} vs {ref}: max relative loss difference {rel:.2e}, max param difference {dp:.2e}")
         ok = ok and rel <= 1e-5 and dp <= 1e-5
+    for m in modes:
+        if m in ("zero3", "infinity"):
+            held = results[m][0]["held_between_steps"]
+            print(f"{m}: each rank held {held} of {n_params} param elements between steps; stratad: "
+                  + " ".join(" ".join(results[m][0]["daemon_stats"]).split()))
     print("losses and params agree within 1e-5" if ok else "DIFFERENCE above 1e-5")
     return 0 if ok else 1
 

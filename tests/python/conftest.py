@@ -32,14 +32,14 @@ os.environ["STRATA_CHECKPOINT_ROOT"] = CHECKPOINT_ROOT
 
 
 class Daemon:
-    def __init__(self, directory):
+    def __init__(self, directory, extra_args=()):
         self.dir = directory
         self.socket = os.path.join(directory, "s.sock")
         self.log = os.path.join(directory, "stratad.log")
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [_stratad_binary(), "--socket", self.socket, "--device", "emulated", "--io_engine", "psync",
-                 "--optimizer_threads", "1", "--checkpoint_root", CHECKPOINT_ROOT],
+                 "--optimizer_threads", "1", "--checkpoint_root", CHECKPOINT_ROOT, *extra_args],
                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while time.time() < deadline:

@@ -1,5 +1,5 @@
-"""strata.torch: PyTorch optimizers whose step runs in stratad (ZeRO-Offload),
-and st.initialize for DeepSpeed configs.
+"""strata.torch: PyTorch optimizers whose step runs in stratad (ZeRO-Offload;
+ZeRO-3 and Infinity with module hooks), and st.initialize for DeepSpeed configs.
 
     import strata.torch as st
     opt = st.OffloadAdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -8,6 +8,7 @@ and st.initialize for DeepSpeed configs.
 from strata.torch.optimizer import OffloadAdagrad, OffloadAdam, OffloadAdamW, OffloadLion
 from strata.torch.config import initialize, resolve_auto
 from strata.torch.schedulers import WarmupCosineLR, WarmupDecayLR, WarmupLR
+from strata.torch.zero3 import Zero3Adagrad, Zero3Adam, Zero3AdamW, Zero3Lion
 
 
 def decay_groups(model, weight_decay, no_decay=("bias",)):
@@ -25,4 +26,5 @@ def decay_groups(model, weight_decay, no_decay=("bias",)):
 
 
 __all__ = ["OffloadAdamW", "OffloadAdam", "OffloadAdagrad", "OffloadLion", "initialize", "resolve_auto",
-           "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "decay_groups"]
+           "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "decay_groups",
+           "Zero3AdamW", "Zero3Adam", "Zero3Adagrad", "Zero3Lion"]

@@ -13,7 +13,6 @@ import os
 
 import torch
 
-from strata.errors import StrataError
 from strata.torch import optimizer as opt_mod
 from strata.torch.schedulers import SCHEDULERS
 
@@ -192,8 +191,9 @@ _TOP_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_acc
 
 def initialize(model, config, model_parameters=None, optimizer=None, args=None, num_training_steps=None,
                socket=None, job_name=None, process_group=None, **optimizer_kwargs):
-    """Returns (model, optimizer) for a DeepSpeed config at ZeRO stage 0-2
-    (run as ZeRO-Offload in stratad).
+    """Returns (model, optimizer) for a DeepSpeed config: ZeRO stage 0-2 run
+    as ZeRO-Offload in stratad; stage 3 installs the module hooks of
+    strata.torch.zero3 (offload_param cpu: ZeRO-3 offload; nvme: Infinity).
 
     The model comes back converted to fp16/bf16 when the config enables it,
     not wrapped: the optimizer averages gradients across ranks itself (a DDP
@@ -214,9 +214,9 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
     stage = zero.get("stage", 0)
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
-    if stage == 3:
-        raise StrataError("zero_optimization.stage 3 (ZeRO-3 / Infinity with module hooks) is not in "
-                          "strata.torch yet; use stage 1 or 2 (ZeRO-Offload)", "UNIMPLEMENTED")
+    if stage == 3 and isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        raise ValueError("zero_optimization.stage 3 partitions the params itself: pass the module, not a DDP "
+                         "wrapper")
     fp16 = dict(cfg.get("fp16", {}) or {})
     bf16 = dict(cfg.get("bf16", {}) or {})
     for k in fp16:
@@ -270,11 +270,17 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
     if model_parameters is None:
         model_parameters = [p for p in module.parameters() if p.requires_grad]
     bucket = zero.get("reduce_bucket_size", 500_000_000)
-    opt = cls(model_parameters, **kwargs, socket=socket, job_name=job_name, process_group=process_group,
-              reduce_gradients=False if ddp else None, max_norm=float(clip), gradient_accumulation_steps=gas,
-              fp16={k: v for k, v in fp16.items() if k not in ("enabled", "auto_cast", "type")} if fp16_on else None,
-              bucket_numel=int(bucket), sub_group_size=zero.get("sub_group_size"), stage=stage or 2,
-              **optimizer_kwargs)
+    if stage == 3:
+        from strata.torch import zero3
+        if fp16_on or bf16_on:
+            raise ValueError("zero_optimization.stage 3 in strata.torch runs float32 models; disable fp16/bf16")
+        opt = zero3.ZERO3_OF[cls](module, model_parameters, **kwargs, socket=socket, job_name=job_name,
+                                  process_group=process_group, max_norm=float(clip),
+                                  gradient_accumulation_steps=gas, **zero3.options_from_config(zero),
+                                  **optimizer_kwargs)
+    else:
+        opt = _offload_optimizer(cls, model_parameters, kwargs, socket, job_name, process_group, ddp, clip, gas,
+                                 fp16_on, fp16, bucket, zero, stage, optimizer_kwargs)
     opt.loss_divisor = gas
     opt.train_micro_batch_size_per_gpu = micro
     opt.gradient_accumulation_steps = gas
@@ -285,3 +291,12 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
             opt.close()
             raise ValueError(f"scheduler.params of {sched['type']}: {e}") from e
     return model, opt
+
+
+def _offload_optimizer(cls, model_parameters, kwargs, socket, job_name, process_group, ddp, clip, gas, fp16_on,
+                       fp16, bucket, zero, stage, optimizer_kwargs):
+    return cls(model_parameters, **kwargs, socket=socket, job_name=job_name, process_group=process_group,
+               reduce_gradients=False if ddp else None, max_norm=float(clip), gradient_accumulation_steps=gas,
+               fp16={k: v for k, v in fp16.items() if k not in ("enabled", "auto_cast", "type")} if fp16_on else None,
+               bucket_numel=int(bucket), sub_group_size=zero.get("sub_group_size"), stage=stage or 2,
+               **optimizer_kwargs)

@@ -1,0 +1,559 @@
+"""ZeRO-3 and ZeRO-Infinity for a torch module, with the step in stratad.
+
+Every trainable param is cut into world_size equal chunks (the last padded),
+one per rank, as DeepSpeed's stage 3 cuts it; rank r's chunk of tensor t is
+the daemon shard t of rank r (a trainer-supplied partition). The trainer does
+not keep the params: each param's storage is an empty tensor except while a
+module that owns it runs.
+
+  forward pre-hook      Acquire the module's shards (infinity: the daemon
+                        brings them from NVMe, usually already prefetched),
+                        copy this rank's chunks out, Release, and all-gather
+                        the chunks across ranks (torch.distributed);
+  forward hook          free the gathered params again;
+  backward pre-hook     gather them again (backward needs the weights);
+  post-accumulate-grad  start the reduce-scatter of the param's gradient
+                        (torch.distributed, asynchronous: backward goes on),
+                        drop the full gradient, and free the module's params
+                        once all their gradients are in; as each reduction
+                        completes, its chunk is accumulated in the grad slot
+                        and, at the last micro-batch of the step, GradReady.
+
+Params of at most `persistence_threshold` elements (DeepSpeed's
+stage3_param_persistence_threshold) stay whole in the trainer: they are
+gathered once after each step. step() waits for the daemon's step and marks
+the iteration boundary, which is what the daemon's TracePredictor learns the
+Acquire order from (it drives the prefetch).
+
+Mode "offload" (offload_param cpu) keeps the params and optimizer state in
+the daemon's host memory (a ZeRO-Offload job holding the per-tensor
+partition); mode "infinity" (offload_param nvme) keeps them on NVMe and the
+params' residency in host memory is bounded by the pinned budget. Both
+register the same partition, so the two give the same bits.
+"""
+import os
+import socket as _socket
+import types
+import uuid
+
+import torch
+import torch.distributed as dist
+
+from strata import client as strata_client
+from strata.errors import StrataError
+from strata.torch import optimizer as offload
+from strata.torch._comm import Comm
+
+
+
+class _LinearSavingTheParam(torch.autograd.Function):
+    """F.linear whose backward keeps the weight param itself, not torch's `weight.t()` view: a
+    saved view would hold the gathered storage from forward until backward, so freeing the param
+    after forward would free nothing (DeepSpeed's stage 3 swaps in a linear for the same reason).
+    Backward reads the param after the backward pre-hook gathered it again."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return torch.nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = grad.matmul(weight)
+        g2 = grad.reshape(-1, grad.shape[-1])
+        if ctx.needs_input_grad[1]:
+            grad_w = g2.t().mm(x.reshape(-1, x.shape[-1]))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = g2.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def _linear_forward(module, x):
+    return _LinearSavingTheParam.apply(x, module.weight, module.bias)
+
+
+class _Zero3Optimizer(torch.optim.Optimizer):
+    """Base of Zero3AdamW, Zero3Adam, Zero3Adagrad, Zero3Lion."""
+
+    _kind = None
+
+    def __init__(self, model, params, defaults, *, mode="offload", socket=None, job_name=None,
+                 process_group=None, max_norm=0.0, gradient_accumulation_steps=1, persistence_threshold=0,
+                 pinned_budget_bytes=0, nvme_path=None, keep_job=False, rpc_timeout_s=30.0,
+                 step_timeout_s=300.0):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            raise ValueError("ZeRO-3 partitions the params itself: pass the module, not a DDP wrapper")
+        if params is None:
+            params = [p for p in model.parameters() if p.requires_grad]
+        super().__init__(params, defaults)
+        if mode not in ("offload", "infinity"):
+            raise ValueError(f"mode '{mode}': expected 'offload' (offload_param cpu) or 'infinity' "
+                             "(offload_param nvme)")
+        if gradient_accumulation_steps < 1:
+            raise ValueError(f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}")
+        if max_norm is None or max_norm < 0:
+            raise ValueError(f"max_norm must be 0 (no clipping) or positive, got {max_norm}")
+        self._mode = mode
+        self._comm = Comm(process_group)
+        self._gas = int(gradient_accumulation_steps)
+        self._max_norm = float(max_norm)
+        self._keep_job = keep_job
+        self._nvme_path = nvme_path
+        self._model = model
+
+        # The trainable params, in group order: the registration order.
+        self._params, self._group_of = [], []
+        for gi, group in enumerate(self.param_groups):
+            for p in group["params"]:
+                if p.requires_grad:
+                    self._params.append(p)
+                    self._group_of.append(gi)
+        if not self._params:
+            raise ValueError("no trainable params (every param has requires_grad=False)")
+        dtypes = {p.dtype for p in self._params}
+        if dtypes != {torch.float32}:
+            raise ValueError(f"ZeRO-3 in strata.torch exchanges float32 params (tested); the params are "
+                             f"{', '.join(sorted(str(d) for d in dtypes))}")
+        self._dtype = torch.float32
+        self._index = {id(p): t for t, p in enumerate(self._params)}
+        if len(self._index) != len(self._params):
+            raise ValueError("a param appears twice in the param groups")
+        # The module that owns each param: its hooks gather and free it.
+        self._modules = {}          # module -> [tensor indices]
+        owner = {}
+        for m in model.modules():
+            for _, p in m.named_parameters(recurse=False):
+                if id(p) in self._index:
+                    if id(p) in owner:
+                        raise ValueError("a param is shared by two modules (tied weights); ZeRO-3 in "
+                                         "strata.torch gathers each param for the one module that owns it")
+                    owner[id(p)] = m
+                    self._modules.setdefault(m, []).append(self._index[id(p)])
+        missing = [t for t, p in enumerate(self._params) if id(p) not in owner]
+        if missing:
+            raise ValueError(f"trainable param {missing[0]} (shape {tuple(self._params[missing[0]].shape)}) "
+                             "is not a param of the model")
+
+        world, rank = self._comm.world_size, self._comm.rank
+        self._shape = [p.shape for p in self._params]
+        self._numel = [p.numel() for p in self._params]
+        self._chunk = [-(-n // world) for n in self._numel]                 # ceil(n / world)
+        self._own = [max(0, min(c, n - rank * c)) for n, c in zip(self._numel, self._chunk)]
+        self._resident = [n <= persistence_threshold for n in self._numel]
+        partition = [(t, self._chunk[t], [(t, rank * self._chunk[t], self._own[t], 0)] if self._own[t] else [])
+                     for t in range(len(self._params))]
+
+        self._client = strata_client.connect(socket, rpc_timeout_s, step_timeout_s)
+        socket_path = strata_client.resolve_socket(socket)[0]
+        keys = self._comm.all_gather_object((_socket.gethostname(), os.path.realpath(socket_path)))
+        if len(set(keys)) != 1:
+            raise ValueError("ZeRO-3 in strata.torch runs every rank on one stratad; the ranks reach "
+                             f"{len(set(keys))} daemons")
+        self._is_leader = rank == 0
+        self._job = self._comm.broadcast_object(job_name or f"torch-z3-{uuid.uuid4().hex[:12]}")
+        if self._is_leader:
+            import json
+            self._client.create_job(self._job, world, mode=mode, deepspeed_config_json=json.dumps(self._job_config()),
+                                    param_dtype="fp32", grad_dtype="fp32",
+                                    pinned_budget_bytes=int(pinned_budget_bytes) if mode == "infinity" else 0)
+        self._comm.barrier()
+        self._session = self._client.attach(self._job, rank)
+        names = [(f"p{t}.{'x'.join(str(s) for s in p.shape) or 'scalar'}", p.numel(), self._group_of[t])
+                 for t, p in enumerate(self._params)]
+        self._session.register_tensors(names, partition)
+        self._step_index = self._session.step
+        self._grad_slot, self._param_slot = [None] * len(self._params), [None] * len(self._params)
+        for shard in self._session.shards():
+            t = shard["index"]
+            if shard["padded_numel"]:
+                self._grad_slot[t] = torch.frombuffer(shard["grad"], dtype=self._dtype)
+                self._param_slot[t] = torch.frombuffer(shard["param"], dtype=self._dtype)
+            else:
+                self._grad_slot[t] = self._param_slot[t] = torch.empty(0, dtype=self._dtype)
+
+        with torch.no_grad():
+            if self._comm.distributed:
+                # Every rank starts from rank 0's params, as DDP and DeepSpeed do.
+                for p in model.parameters():
+                    dist.broadcast(p.data, src=self._comm._global(0), group=self._comm.group)
+            for t, p in enumerate(self._params):
+                own = self._own[t]
+                if own:
+                    start = rank * self._chunk[t]
+                    self._param_slot[t][:own].copy_(p.detach().reshape(-1)[start:start + own])
+        self._session.init_params()
+        self._comm.barrier()
+        self._gathered = [True] * len(self._params)
+        for t in range(len(self._params)):
+            if not self._resident[t]:
+                self._free(t)
+
+        self._micro = [0] * len(self._params)
+        self._pending = []          # (tensor, micro-batch, chunk, flat, work): reduce-scatters in flight
+        self._ready = set()
+        self._awaiting = {}
+        self._begun = None
+        self._hooks = []
+        self._module_of = {}
+        self._patched = []
+        for m, ts in self._modules.items():
+            for t in ts:
+                self._module_of[t] = m
+            w = self._index.get(id(getattr(m, "weight", None)))
+            if type(m) is torch.nn.Linear and "forward" not in vars(m) and w is not None and not self._resident[w]:
+                m.forward = types.MethodType(_linear_forward, m)
+                self._patched.append(m)
+            self._hooks.append(m.register_forward_pre_hook(self._make_gather_hook(m)))
+            self._hooks.append(m.register_forward_hook(self._make_free_hook(m)))
+            self._hooks.append(m.register_full_backward_pre_hook(self._make_backward_gather_hook(m)))
+        for t, p in enumerate(self._params):
+            self._hooks.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(t)))
+        self.last_grad_norm = None
+        self.last_step_skipped = False
+        self.lr_scheduler = None
+        self.loss_divisor = 1
+
+    # ----- the job -------------------------------------------------------------------------------
+
+    def _job_config(self):
+        """The offload optimizer's DeepSpeed JSON, with the stage the daemon's mode needs: an
+        offload job holds the per-tensor partition at its stage 2 (it refuses stage 3, whose
+        layout it does not build itself); an infinity job runs stage 3 on NVMe."""
+        self._stage, self._sub_group_size, self._fp16, self._extra_config = 2, None, None, {}
+        config = offload._OffloadOptimizer._job_config(self)
+        if self._mode == "infinity":
+            nvme = {"device": "nvme"}
+            if self._nvme_path:
+                nvme["nvme_path"] = self._nvme_path
+            config["zero_optimization"] = {"stage": 3, "offload_param": dict(nvme), "offload_optimizer": dict(nvme)}
+        return config
+
+    @property
+    def job_name(self):
+        return self._job
+
+    @property
+    def client(self):
+        return self._client
+
+    @property
+    def mode(self):
+        return self._mode
+
+    def is_resident(self, param):
+        """True when `param` stays whole in this process (at most persistence_threshold elements)."""
+        return self._resident[self._index[id(param)]]
+
+    # ----- gathering and freeing -----------------------------------------------------------------
+
+    def _free(self, t):
+        self._params[t].data = torch.empty(0, dtype=self._dtype)
+        self._gathered[t] = False
+
+    def _fetch(self, ts):
+        """Makes params `ts` whole: this rank's chunks from the daemon, the rest from the other ranks."""
+        ts = [t for t in ts if not self._gathered[t]]
+        if not ts:
+            return
+        total = sum(self._chunk[t] for t in ts)
+        mine = torch.zeros(total, dtype=self._dtype)
+        indices = [t for t in ts if self._own[t]]
+        if self._mode == "infinity" and indices:
+            # Offload mode keeps every param slot current: its Acquire would be a no-op RPC.
+            self._session.acquire(indices)
+        try:
+            pos = 0
+            for t in ts:
+                mine[pos:pos + self._own[t]].copy_(self._param_slot[t][:self._own[t]])
+                pos += self._chunk[t]
+        finally:
+            if self._mode == "infinity" and indices:
+                self._session.release(indices)
+        if self._comm.distributed:
+            everyone = torch.empty(total * self._comm.world_size, dtype=self._dtype)
+            dist.all_gather_into_tensor(everyone, mine, group=self._comm.group)
+        else:
+            everyone = mine
+        parts = everyone.view(self._comm.world_size, total)
+        pos = 0
+        for t in ts:
+            c = self._chunk[t]
+            full = parts[:, pos:pos + c].reshape(-1)[:self._numel[t]].clone()
+            self._params[t].data = full.view(self._shape[t])
+            self._gathered[t] = True
+            pos += c
+
+    def _partitioned(self, m):
+        return [t for t in self._modules[m] if not self._resident[t]]
+
+    def _make_gather_hook(self, m):
+        def hook(module, args):
+            self._fetch(self._partitioned(m))
+        return hook
+
+    def _make_free_hook(self, m):
+        def hook(module, args, output):
+            for t in self._partitioned(m):
+                self._free(t)
+        return hook
+
+    def _make_backward_gather_hook(self, m):
+        def hook(module, grad_output):
+            self._awaiting[m] = set(self._modules[m])
+            self._fetch(self._partitioned(m))
+        return hook
+
+    def gather_params(self):
+        """Makes every param whole with its current value (after training, to save or evaluate the
+        model); the next forward frees the partitioned ones again."""
+        with torch.no_grad():
+            for m in self._modules:
+                self._fetch(self._partitioned(m))
+
+    # ----- gradients -----------------------------------------------------------------------------
+
+    def _make_grad_hook(self, t):
+        def hook(param):
+            with torch.no_grad():
+                self._reduce_grad(t, param)
+            m = self._module_of[t]
+            waiting = self._awaiting.get(m)
+            if waiting is not None:
+                waiting.discard(t)
+                if not waiting:
+                    del self._awaiting[m]
+                    for u in self._partitioned(m):
+                        self._free(u)
+        return hook
+
+    def _reduce_grad(self, t, param):
+        """Starts the reduce-scatter of param t's gradient; its chunk lands in the grad slot when
+        the collective completes (checked without waiting here, waited for in step())."""
+        world, c = self._comm.world_size, self._chunk[t]
+        flat = torch.zeros(c * world, dtype=self._dtype)
+        flat[:self._numel[t]].copy_(param.grad.reshape(-1))
+        param.grad = None
+        work = None
+        if self._comm.distributed:
+            flat.div_(world)   # as DDP: the average is the sum of grad / world
+            chunk = torch.empty(c, dtype=self._dtype)
+            work = dist.reduce_scatter_tensor(chunk, flat, group=self._comm.group, async_op=True)
+        else:
+            chunk = flat
+        self._micro[t] += 1
+        # Collectives complete in the order they were issued: the queue is drained from the front.
+        self._pending.append((t, self._micro[t], chunk, flat, work))
+        self._complete(wait=False)
+
+    def _complete(self, wait):
+        while self._pending:
+            t, micro, chunk, _, work = self._pending[0]
+            if work is not None:
+                if not wait and not work.is_completed():
+                    return
+                work.wait()
+            self._pending.pop(0)
+            own = self._own[t]
+            slot = self._grad_slot[t]
+            if micro % self._gas == 1 or self._gas == 1:
+                slot[:own].copy_(chunk[:own])
+            else:
+                slot[:own].add_(chunk[:own])
+            if micro % self._gas == 0:
+                self._begin_step()
+                self._session.grad_ready(t, self._step_index)
+                self._ready.add(t)
+
+    def _begin_step(self):
+        if self._begun is not None:
+            return
+        self._begun = [self._group_hparams(g) for g in self.param_groups]
+        self._session.begin_step(self._step_index, self._begun)
+
+    # ----- torch.optim.Optimizer -----------------------------------------------------------------
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        now = [self._group_hparams(g) for g in self.param_groups]
+        if self._begun is not None and now != self._begun:
+            raise StrataError(
+                "the param groups' hyperparameters changed between backward and step(): the gradients of this "
+                "step already went to stratad with the earlier values. Step the LR scheduler after "
+                "optimizer.step().", "FAILED_PRECONDITION")
+        self._complete(wait=True)
+        self._begin_step()
+        for t in range(len(self._params)):
+            if t in self._ready:
+                continue
+            if self._micro[t] == 0:     # no gradient this step (an unused param): zeros, as DDP
+                self._grad_slot[t][:self._own[t]].zero_()
+            self._session.grad_ready(t, self._step_index)
+        result = self._session.wait_step(self._step_index)
+        self.last_grad_norm = result["grad_norm"]
+        self.last_step_skipped = result["skipped"]
+        for t in range(len(self._params)):
+            # Whatever is gathered now is the old value: the next use fetches the new one.
+            if self._gathered[t] and not self._resident[t]:
+                self._free(t)
+        if not result["skipped"]:
+            resident = [t for t in range(len(self._params)) if self._resident[t]]
+            for t in resident:
+                self._gathered[t] = False
+            self._fetch(resident)
+            if self.lr_scheduler is not None:
+                self.lr_scheduler.step()
+        if self._mode == "infinity":
+            self._session.iteration_boundary()
+        self._optimizer_steps = result["optimizer_steps"]
+        self._step_index += 1
+        self._micro = [0] * len(self._params)
+        self._ready = set()
+        self._awaiting = {}
+        self._begun = None
+        return loss
+
+    @property
+    def loss_scale(self):
+        return 1.0      # float32 only: no loss scaling
+
+    def scale_loss(self, loss):
+        """loss / loss_divisor (st.initialize sets it to gradient_accumulation_steps)."""
+        return loss / self.loss_divisor if self.loss_divisor != 1 else loss
+
+    def backward(self, loss):
+        """scale_loss(loss).backward(), as DeepSpeed's engine.backward."""
+        self.scale_loss(loss).backward()
+
+    def zero_grad(self, set_to_none=True):
+        # The hooks already took every gradient (param.grad is None after backward).
+        for p in self._params:
+            p.grad = None
+
+    def state_dict(self):
+        raise StrataError("state_dict() of a ZeRO-3 optimizer is not built yet: the daemon's checkpoint "
+                          "(client.save_checkpoint) holds its state", "UNIMPLEMENTED")
+
+    def load_state_dict(self, state_dict):
+        raise StrataError("load_state_dict() of a ZeRO-3 optimizer is not built yet", "UNIMPLEMENTED")
+
+    # ----- lifetime ------------------------------------------------------------------------------
+
+    def close(self):
+        """Leaves every param whole with its trained value, removes the hooks, detaches every rank
+        and deletes the daemon's job (unless keep_job)."""
+        if getattr(self, "_session", None) is None:
+            return
+        self.gather_params()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        for m in self._patched:
+            del m.forward       # the class's forward again
+        self._patched = []
+        self._comm.barrier()
+        self._grad_slot, self._param_slot = [], []
+        self._session.close()
+        self._session = None
+        self._comm.barrier()
+        if self._is_leader and not self._keep_job:
+            self._client.delete_job(self._job)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(job={getattr(self, '_job', None)!r}, mode={self._mode!r})"
+
+
+class Zero3AdamW(_Zero3Optimizer):
+    """torch.optim.AdamW over a ZeRO-3 partitioned module, the step in stratad."""
+
+    _kind = "adamw"
+    _group_hparams = offload.OffloadAdamW._group_hparams
+
+    def __init__(self, model, params=None, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, **kwargs):
+        defaults = dict(lr=lr, betas=offload._betas(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                        maximize=False, foreach=None, capturable=False, differentiable=False, fused=None)
+        super().__init__(model, params, defaults, **kwargs)
+
+
+class Zero3Adam(Zero3AdamW):
+    """torch.optim.Adam (L2 weight decay) over a ZeRO-3 partitioned module."""
+
+    _kind = "adam"
+
+    def __init__(self, model, params=None, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 amsgrad=False, **kwargs):
+        super().__init__(model, params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                         **kwargs)
+
+
+class Zero3Adagrad(_Zero3Optimizer):
+    """torch.optim.Adagrad over a ZeRO-3 partitioned module."""
+
+    _kind = "adagrad"
+    _group_hparams = offload.OffloadAdagrad._group_hparams
+
+    def __init__(self, model, params=None, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0,
+                 eps=1e-10, **kwargs):
+        defaults = dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                        initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=False,
+                        foreach=None, differentiable=False, fused=None)
+        super().__init__(model, params, defaults, **kwargs)
+
+
+class Zero3Lion(_Zero3Optimizer):
+    """Lion over a ZeRO-3 partitioned module."""
+
+    _kind = "lion"
+    _group_hparams = offload.OffloadLion._group_hparams
+
+    def __init__(self, model, params=None, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, **kwargs):
+        defaults = dict(lr=lr, betas=offload._betas(betas), weight_decay=weight_decay)
+        super().__init__(model, params, defaults, **kwargs)
+
+
+# The offload optimizer class st.initialize picked -> its ZeRO-3 counterpart.
+ZERO3_OF = {offload.OffloadAdamW: Zero3AdamW, offload.OffloadAdam: Zero3Adam,
+            offload.OffloadAdagrad: Zero3Adagrad, offload.OffloadLion: Zero3Lion}
+
+# DeepSpeed 0.19.8's defaults (runtime/zero/config.py, offload_config.py).
+_PERSISTENCE_DEFAULT = 100_000
+_MAX_IN_CPU_DEFAULT = 1_000_000_000
+
+
+def options_from_config(zero):
+    """A DeepSpeed `zero_optimization` section (stage 3) -> the ZeRO-3 optimizer's keyword arguments.
+
+    offload_param.device "nvme" -> mode infinity, its max_in_cpu (param elements kept in host memory)
+    -> the pinned budget; "cpu" or none -> mode offload (the params' home is the daemon's host
+    memory either way: a CPU trainer has no GPU to keep them on). The optimizer state follows the
+    params (an infinity job keeps both on NVMe; offload_optimizer is not read).
+    stage3_param_persistence_threshold
+    -> the params that stay whole in the trainer."""
+    param = zero.get("offload_param") or {}
+    device = str(param.get("device", "none")).lower()
+    if device not in ("none", "cpu", "nvme"):
+        raise ValueError(f"zero_optimization.offload_param.device '{param.get('device')}': expected none, cpu "
+                         "or nvme")
+    threshold = zero.get("stage3_param_persistence_threshold", _PERSISTENCE_DEFAULT)
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0:
+        raise ValueError(f"zero_optimization.stage3_param_persistence_threshold must be a non-negative integer, "
+                         f"got {threshold!r}")
+    options = {"mode": "infinity" if device == "nvme" else "offload", "persistence_threshold": threshold}
+    if device == "nvme":
+        max_in_cpu = param.get("max_in_cpu", _MAX_IN_CPU_DEFAULT)
+        if not isinstance(max_in_cpu, (int, float)) or isinstance(max_in_cpu, bool) or max_in_cpu < 1:
+            raise ValueError(f"zero_optimization.offload_param.max_in_cpu must be a positive number of "
+                             f"elements, got {max_in_cpu!r}")
+        options["pinned_budget_bytes"] = int(max_in_cpu) * 4    # float32 params
+        options["nvme_path"] = param.get("nvme_path")
+    return options

@@ -1,0 +1,167 @@
+"""(b) ZeRO-3 from Python: the tiny GPT of (a), 2 ranks over gloo, 30 steps,
+two param groups, warmup + cosine, clipping and accumulation 2, through
+st.initialize at ZeRO stage 3 -- offload_param cpu (zero3) and NVMe with a
+host budget of a quarter of the params (infinity) -- against DDP +
+torch.optim.AdamW and strata's ZeRO-2 offload run, and against each other
+bit for bit."""
+import re
+import tempfile
+
+import pytest
+import torch
+
+import train_gpt
+from conftest import Daemon
+from strata.torch import zero3
+
+ZERO3 = ["zero3", "infinity"]
+
+
+@pytest.fixture(scope="module")
+def nvme_stratad():
+    with tempfile.TemporaryDirectory(prefix="strata-py-z3-") as d:
+        daemon = Daemon(d, ["--nvme_path", d, "--nvme_capacity", "256MiB"])
+        yield daemon
+        daemon.stop()
+        assert daemon.proc.returncode == 0, f"stratad exited {daemon.proc.returncode}:\n{daemon.log_text()}"
+
+
+@pytest.fixture(scope="module")
+def runs(nvme_stratad, tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("gpt3"))
+    cfg = dict(train_gpt.DEFAULTS)
+    return {mode: train_gpt.run_mode(mode, cfg, nvme_stratad.socket, 2, workdir)
+            for mode in ["torch", "ds-config"] + ZERO3}
+
+
+@pytest.mark.parametrize("ref", ["torch", "ds-config"])
+@pytest.mark.parametrize("mode", ZERO3)
+def test_losses_and_params_match(runs, mode, ref):
+    assert len(runs[mode][0]["losses"]) == 30
+    for step, (a, b) in enumerate(zip(runs[mode][0]["losses"], runs[ref][0]["losses"])):
+        assert abs(a - b) <= 1e-5 * abs(b), f"{mode} step {step}: loss {a} vs {ref} {b}"
+    for rank in range(2):
+        want, got = runs[ref][rank]["params"], runs[mode][rank]["params"]
+        assert got.keys() == want.keys()
+        for name in want:
+            assert got[name].shape == want[name].shape, f"{mode} {name}: shape {got[name].shape}"
+            diff = (got[name] - want[name]).abs().max().item()
+            assert diff <= 1e-5, f"{mode} rank {rank} {name}: max difference {diff} from {ref}"
+
+
+def test_offload_and_infinity_agree_bit_for_bit(runs):
+    assert runs["zero3"][0]["losses"] == runs["infinity"][0]["losses"]
+    for rank in range(2):
+        for name, value in runs["zero3"][rank]["params"].items():
+            assert torch.equal(value, runs["infinity"][rank]["params"][name]), f"rank {rank} {name}"
+
+
+def test_ranks_hold_the_same_params(runs):
+    for mode in ZERO3:
+        a, b = runs[mode][0]["params"], runs[mode][1]["params"]
+        for name in a:
+            assert torch.equal(a[name], b[name]), f"{mode}: rank 0 and 1 differ in {name}"
+
+
+def test_trainer_holds_only_the_tiny_params_between_steps(runs):
+    total = sum(p.numel() for p in runs["torch"][0]["params"].values())
+    tiny = sum(p.numel() for p in runs["torch"][0]["params"].values() if p.numel() <= 256)
+    for mode in ZERO3:
+        for rank in range(2):
+            assert runs[mode][rank]["held_between_steps"] == tiny, (mode, rank, tiny, total)
+    assert tiny < total / 20
+
+
+def test_infinity_pages_params_from_nvme(runs):
+    # With a host budget of a quarter of the params, every step reads params back from NVMe:
+    # far more than the params' own size over 30 steps.
+    total_bytes = 4 * sum(p.numel() for p in runs["torch"][0]["params"].values())
+    (line,) = runs["infinity"][0]["daemon_stats"]
+    read = int(re.search(r"nvme read (\d+) B", line).group(1))
+    assert read > 10 * total_bytes, line
+    (line,) = runs["zero3"][0]["daemon_stats"]
+    assert int(re.search(r"nvme read (\d+) B", line).group(1)) == 0, line
+
+
+def test_deepspeed_stage3_options():
+    assert zero3.options_from_config({"stage": 3}) == {"mode": "offload", "persistence_threshold": 100_000}
+    got = zero3.options_from_config({"stage": 3, "stage3_param_persistence_threshold": 0,
+                                     "offload_param": {"device": "nvme", "nvme_path": "/n", "max_in_cpu": 1000}})
+    assert got == {"mode": "infinity", "persistence_threshold": 0, "pinned_budget_bytes": 4000, "nvme_path": "/n"}
+    with pytest.raises(ValueError, match="offload_param.device 'gpu'"):
+        zero3.options_from_config({"stage": 3, "offload_param": {"device": "gpu"}})
+    with pytest.raises(ValueError, match="stage3_param_persistence_threshold"):
+        zero3.options_from_config({"stage": 3, "stage3_param_persistence_threshold": -1})
+    with pytest.raises(ValueError, match="max_in_cpu"):
+        zero3.options_from_config({"stage": 3, "offload_param": {"device": "nvme", "max_in_cpu": 0}})
+
+
+def test_stage3_refuses_fp16():
+    import strata.torch as st
+    model = torch.nn.Linear(4, 4)
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
+           "optimizer": {"type": "AdamW"}, "fp16": {"enabled": True}}
+    with pytest.raises(ValueError, match="float32"):
+        st.initialize(model, config=cfg, socket="/nonexistent/s.sock")
+
+
+class _Net(torch.nn.Module):
+    """Two used layers, a norm and an unused layer (its params get no gradient)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.b = torch.nn.Linear(32, 4)
+        self.unused = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.norm(self.a(x))))
+
+
+@pytest.mark.parametrize("mode", ["offload", "infinity"])
+def test_one_process_with_an_unused_layer_and_eval(nvme_stratad, mode):
+    """Zero3AdamW built directly, without torch.distributed: every step equals torch.optim.AdamW
+    given zero gradients for the unused layer (what the optimizer hands the daemon for it); a
+    forward under no_grad gathers and frees as well; close() leaves the trained params whole."""
+    import strata.torch as st
+    torch.manual_seed(3)
+    model = _Net()
+    ref = _Net()
+    ref.load_state_dict(model.state_dict())
+    opt = st.Zero3AdamW(model, lr=1e-2, weight_decay=0.1, socket=nvme_stratad.socket, mode=mode,
+                        persistence_threshold=32, pinned_budget_bytes=8 << 10)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
+    try:
+        assert model.a.weight.numel() == 0 and model.norm.weight.numel() == 32   # partitioned vs resident
+        partitioned = [model.a.weight, model.a.bias, model.b.weight, model.b.bias]
+        views = []
+
+        def pack(t):
+            # A saved view of a gathered param would keep it alive from forward to backward.
+            if any(t._base is p for p in partitioned):
+                views.append(tuple(t.shape))
+            return t
+
+        for step in range(4):
+            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(step), requires_grad=True)
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                out = model(x)
+            assert not views, f"autograd saved views of gathered params: {views}"
+            out.square().mean().backward()
+            ref(x).square().mean().backward()
+            x = x.detach()
+            for p in ref.unused.parameters():
+                p.grad = torch.zeros_like(p)
+            opt.step()
+            opt.zero_grad()
+            ref_opt.step()
+            ref_opt.zero_grad()
+            with torch.no_grad():
+                got, want = model(x), ref(x)
+            assert torch.allclose(got, want, rtol=0, atol=1e-6), f"step {step}: {(got - want).abs().max()}"
+            assert model.b.weight.numel() == 0
+    finally:
+        opt.close()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert p.shape == q.shape and torch.allclose(p, q, rtol=0, atol=1e-6), name
