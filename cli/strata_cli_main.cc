@@ -53,6 +53,7 @@ const std::vector<NamedCommand>& TopCommands() {
       {"jobs", strata::RunJobsCommand, "the daemon's jobs"},
       {"stats", strata::RunStatsCommand, "per-tier and per-job metrics"},
       {"drain", strata::RunDrainCommand, "stop accepting jobs, finish steps, then stop the daemon"},
+      {"checkpoint", strata::RunCheckpointCommand, "export DIR --to FILE.pt: a checkpoint as one torch state dict"},
   };
   return commands;
 }
