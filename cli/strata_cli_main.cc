@@ -61,7 +61,7 @@ const std::vector<NamedCommand>& TopCommands() {
 void PrintUsage(FILE* out) {
   std::fprintf(out, "usage: strata <command> [flags]\n\ncommands:\n");
   for (const NamedCommand& c : TopCommands()) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
-  std::fprintf(out, "  %-10s run a benchmark (adam, io, prefetch, rpc, offload, tiers; strata bench help)\n",
+  std::fprintf(out, "  %-10s run a benchmark (adam, io, prefetch, rpc, offload, tiers, train; strata bench help)\n",
                "bench");
 }
 
