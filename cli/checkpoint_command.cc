@@ -36,7 +36,7 @@ void PrintCheckpointUsage(FILE* out) {
   std::fprintf(out,
                "usage: strata checkpoint export DIR [DIR ...] --to FILE.pt [--python PYTHON]\n\n"
                "Writes a stratad checkpoint (one DIR per daemon of the job) as one torch state dict:\n"
-               "fp32 params and the optimizer state in torch's format (torch.load + \n"
+               "fp32 params and the optimizer state in torch's format (torch.load +\n"
                "torch.optim.AdamW.load_state_dict, no strata needed). Runs `PYTHON -m strata.checkpoint`;\n"
                "PYTHON is --python, else $STRATA_PYTHON, else %s.\n",
                std::strlen(STRATA_CLI_PYTHON) > 0 ? STRATA_CLI_PYTHON : "python3");

@@ -415,7 +415,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         state = export(args.dirs, args.to)
-    except CheckpointError as e:
+    except (CheckpointError, OSError, RuntimeError) as e:
+        # OSError/RuntimeError: the output cannot be written (torch.save names the path).
         print(f"strata checkpoint export: {e}", file=sys.stderr)
         return 1
     numel = sum(p.numel() for p in state["params"])
