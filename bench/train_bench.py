@@ -139,11 +139,12 @@ def child(variant, steps, warmup, threads, socket, nvme, store):
 
 # ----- the parent: daemons, table, JSON --------------------------------------------------------
 
-def start_daemon(stratad, directory, threads):
+def start_daemon(stratad, directory, threads, pinned):
     sock = os.path.join(directory, "s.sock")
     log = open(os.path.join(directory, "stratad.log"), "w")
     proc = subprocess.Popen([stratad, "--socket", sock, "--device", "emulated", "--io_engine", "psync",
-                             "--optimizer_threads", str(threads)], stdout=log, stderr=subprocess.STDOUT)
+                             "--optimizer_threads", str(threads), "--pinned_capacity", pinned],
+                            stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 60
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -175,7 +176,7 @@ def run_variant(variant, args, stratad):
         daemon = log = None
         socket = ""
         if variant.startswith("strata"):
-            daemon, socket, log = start_daemon(stratad, d, args.threads)
+            daemon, socket, log = start_daemon(stratad, d, args.threads, args.pinned_capacity)
         nvme = os.path.join(d, "nvme")
         os.makedirs(nvme)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, "--steps", str(args.steps),
@@ -249,6 +250,8 @@ def main():
                     help="torch threads of every trainer and stratad's optimizer threads")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--stratad", default=os.path.join(HERE, "..", "build", "bin", "stratad"))
+    ap.add_argument("--pinned_capacity", default="8GiB",
+                    help="stratad's pinned host tier (the offload job's masters, moments and slots live there)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per variant")
     ap.add_argument("--dim", type=int, default=MODEL["dim"], help="model width (a quick try: --dim 64 --layers 2)")
     ap.add_argument("--layers", type=int, default=MODEL["layers"])
