@@ -12,6 +12,7 @@
 #include "bench/prefetch_bench.h"
 #include "bench/rpc_bench.h"
 #include "bench/tiers_bench.h"
+#include "bench/train_bench.h"
 
 namespace {
 
@@ -34,6 +35,8 @@ const std::vector<NamedBench>& Benches() {
        "daemon optimizer step vs optimizer and NVMe alone: overlap (strata bench offload --help)"},
       {"tiers", strata::RunTiersBench,
        "pinned <-> device <-> NVMe bandwidth vs cudaMemcpy and the raw engine (strata bench tiers --help)"},
+      {"train", strata::RunTrainBench,
+       "a ~100M GPT: torch AdamW, DeepSpeed offload/Infinity, strata offload (strata bench train --help)"},
   };
   return benches;
 }
@@ -67,8 +70,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (!plot->has_value()) return b.run(argc - 1, argv + 1);
-    if (std::strcmp(b.name, "offload") == 0) {
-      std::fprintf(stderr, "strata bench offload: --plot is for adam, io, prefetch and rpc\n");
+    if (std::strcmp(b.name, "offload") == 0 || std::strcmp(b.name, "train") == 0) {
+      std::fprintf(stderr, "strata bench %s: --plot is for adam, io, prefetch and rpc\n", b.name);
       return 2;
     }
     std::vector<char*> cargs;

@@ -12,6 +12,7 @@ int RunStatusCommand(int argc, char** argv);
 int RunJobsCommand(int argc, char** argv);
 int RunStatsCommand(int argc, char** argv);
 int RunDrainCommand(int argc, char** argv);
+int RunCheckpointCommand(int argc, char** argv);
 
 }  // namespace strata
 

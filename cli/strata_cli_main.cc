@@ -53,6 +53,7 @@ const std::vector<NamedCommand>& TopCommands() {
       {"jobs", strata::RunJobsCommand, "the daemon's jobs"},
       {"stats", strata::RunStatsCommand, "per-tier and per-job metrics"},
       {"drain", strata::RunDrainCommand, "stop accepting jobs, finish steps, then stop the daemon"},
+      {"checkpoint", strata::RunCheckpointCommand, "export DIR --to FILE.pt: a checkpoint as one torch state dict"},
   };
   return commands;
 }
@@ -60,7 +61,7 @@ const std::vector<NamedCommand>& TopCommands() {
 void PrintUsage(FILE* out) {
   std::fprintf(out, "usage: strata <command> [flags]\n\ncommands:\n");
   for (const NamedCommand& c : TopCommands()) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
-  std::fprintf(out, "  %-10s run a benchmark (adam, io, prefetch, rpc, offload, tiers; strata bench help)\n",
+  std::fprintf(out, "  %-10s run a benchmark (adam, io, prefetch, rpc, offload, tiers, train; strata bench help)\n",
                "bench");
 }
 

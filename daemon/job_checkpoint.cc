@@ -19,6 +19,7 @@
 #include "core/status_macros.h"
 #include "core/unix_socket.h"
 #include "daemon/job.h"
+#include "nlohmann/json.hpp"
 #include "swap/aligned_buffer.h"
 #include "swap/extent_store.h"
 
@@ -149,19 +150,44 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
   UniqueFd dir(openat(parent_fd, tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir.valid()) return ErrnoToStatus(errno, absl::StrCat("opening the temporary directory of ", display));
   const size_t psize = DTypeSize(settings_.param_dtype);
+  // What each file holds, so a reader (strata checkpoint export) needs neither
+  // the daemon's partition rules nor its NVMe tile size: the shard's layout,
+  // its streams and the elements per tile (streams are interleaved by tile).
+  nlohmann::json files = nlohmann::json::array();
+  nlohmann::json stream_names = nlohmann::json::array();
   for (uint32_t r = 0; r < slots.size(); ++r) {
     for (const ExchangeSlot& slot : slots[r]) {
       const std::string file = ShardFile(r, slot.layout.index);
       const std::string path = absl::StrCat(display, "/", file);
       STRATA_ASSIGN_OR_RETURN(UniqueFd fd, CreateFileIn(dir.get(), file, path));
       written.push_back(file);
+      uint64_t tile_numel = 0;
       STRATA_RETURN_IF_ERROR(states_->Read({ShardId{r, slot.layout.index}}, [&](const ShardId&, const StateTile& tile) {
+        if (tile_numel == 0) {
+          tile_numel = tile.size;
+          stream_names = nlohmann::json::array();
+          const char* names[] = {"master", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+          const float* streams[] = {tile.master, tile.exp_avg, tile.exp_avg_sq, tile.max_exp_avg_sq};
+          for (int k = 0; k < 4; ++k) {
+            if (streams[k] != nullptr) stream_names.push_back(names[k]);
+          }
+        }
         for (const float* stream : {tile.master, tile.exp_avg, tile.exp_avg_sq, tile.max_exp_avg_sq}) {
           if (stream == nullptr) continue;
           STRATA_RETURN_IF_ERROR(WriteAll(fd.get(), stream, tile.size * 4, path));
         }
         return absl::OkStatus();
       }));
+      nlohmann::json ranges = nlohmann::json::array();
+      for (const OwnedRange& o : slot.layout.ranges) {
+        ranges.push_back({o.tensor.value(), o.tensor_offset, o.numel, o.shard_offset});
+      }
+      files.push_back({{"file", file},
+                       {"rank", r},
+                       {"index", slot.layout.index},
+                       {"padded_numel", slot.layout.padded_numel},
+                       {"tile_numel", tile_numel},
+                       {"ranges", std::move(ranges)}});
       // Working params as the trainer sees them. In infinity mode their home
       // on NVMe is the truth: a slot may be empty (a job restored after a
       // restart has not read its params back yet) or not resident.
@@ -177,6 +203,14 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
       STRATA_RETURN_IF_ERROR(WriteAll(fd.get(), params, slot.layout.padded_numel * psize, path));
       if (fsync(fd.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path));
     }
+  }
+  {
+    // Added beside the record's own fields; LoadFrom ignores them.
+    nlohmann::json m = nlohmann::json::parse(manifest);
+    m["param_bytes"] = psize;
+    m["streams"] = std::move(stream_names);
+    m["files"] = std::move(files);
+    manifest = m.dump(2);
   }
   {
     const std::string path = absl::StrCat(display, "/manifest.json");

@@ -53,7 +53,8 @@ class _OffloadOptimizer(torch.optim.Optimizer):
     def __init__(self, params, defaults, *, socket=None, job_name=None, process_group=None,
                  reduce_gradients=None, max_norm=0.0, gradient_accumulation_steps=1, fp16=None,
                  bucket_numel=2_000_000, sub_group_size=None, stage=2, mode="offload",
-                 extra_config=None, keep_job=False, rpc_timeout_s=30.0, step_timeout_s=300.0, partition=None):
+                 extra_config=None, keep_job=False, rpc_timeout_s=30.0, step_timeout_s=300.0, partition=None,
+                 resume=False):
         super().__init__(params, defaults)
         if gradient_accumulation_steps < 1:
             raise ValueError(f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}")
@@ -115,7 +116,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self._find_daemons(strata_client.resolve_socket(socket)[0])
         self._job = self._comm.broadcast_object(job_name or f"torch-{uuid.uuid4().hex[:12]}")
         config = json.dumps(self._job_config())
-        if self._is_leader:
+        if self._is_leader and not resume:
             # One job per daemon; with several daemons each serves its own ranks
             # and the steps are agreed across them (PrepareStep/CommitStep).
             self._client.create_job(self._job, self._comm.world_size, mode="offload",
@@ -125,7 +126,12 @@ class _OffloadOptimizer(torch.optim.Optimizer):
                                     local_ranks=self._local_ranks if self._external else [],
                                     external_step_agreement=self._external)
         self._comm.barrier()
-        self._attach(init_params=True)
+        # resume=True: re-attach to the daemon's job `job_name` after the ranks
+        # died (it keeps masters, moments and params for its reattach timeout);
+        # the params come back from the daemon and training goes on at next_step.
+        self._attach(init_params=not resume)
+        if resume:
+            self._gather_params()
 
         self._buckets = self._make_buckets(int(bucket_numel))
         self._bucket_of = {}
@@ -635,6 +641,11 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self._comm.barrier()
         if self._is_leader and not self._keep_job:
             self._client.delete_job(self._job)
+
+    @property
+    def next_step(self):
+        """The daemon's step this optimizer hands its next gradients to (steps taken so far)."""
+        return self._step_index
 
     @property
     def job_name(self):
