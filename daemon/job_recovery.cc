@@ -11,6 +11,8 @@
 namespace strata {
 namespace {
 
+constexpr int kRecordReadAttempts = 3;
+
 struct FoundRecord {
   uint64_t id = 0;
   uint64_t generation = 0;
@@ -36,7 +38,16 @@ absl::Status RecoverJobs(ExtentStore* store, const JobServices& services, JobReg
     if (!generation.ok()) return generation.status();
     absl::StatusOr<AlignedBuffer> buffer = AlignedBuffer::Allocate(std::max<uint64_t>(*size, 1), store->alignment());
     if (!buffer.ok()) return buffer.status();
+    // A read can fail once and work the next time (one bad request, a
+    // transient EIO): a few tries before the job is given up for this run --
+    // given up, its name is free and a new job of that name would replace it
+    // at the next start.
     absl::StatusOr<uint64_t> got = store->Read(key, buffer->span());
+    for (int attempt = 2; !got.ok() && !absl::IsNotFound(got.status()) && attempt <= kRecordReadAttempts; ++attempt) {
+      log->push_back(absl::StrCat("nvme: reading the record of job ", id, " failed (", got.status().message(),
+                                  "); try ", attempt, " of ", kRecordReadAttempts));
+      got = store->Read(key, buffer->span());
+    }
     if (!got.ok()) {
       log->push_back(absl::StrCat("nvme: the record of job ", id, " is unreadable (", got.status().message(),
                                   "); job skipped, its shards kept"));

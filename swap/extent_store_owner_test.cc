@@ -16,6 +16,7 @@
 #include "swap/aligned_buffer.h"
 #include "swap/extent_store.h"
 #include "swap/io_engine.h"
+#include "swap/testing/fault_injection_io_engine.h"
 #include "swap/testing/test_dir.h"
 
 namespace strata {
@@ -251,6 +252,30 @@ TEST_F(ExtentStoreOwnerTest, ConcurrentOwnersReadWriteAndCommitSafely) {
       EXPECT_TRUE(Holds(**reopened, job, t, committed[job], 50000 + job * 30000));
     }
   }
+}
+
+// The store tags every request with its shard's owner, so a fault aimed at
+// one job (tests/faults/) never touches another's shards, and a failed write
+// leaves the owner's previous version readable.
+TEST_F(ExtentStoreOwnerTest, RequestsCarryTheirOwnerSoFaultsHitOneJob) {
+  FaultPolicy policy;
+  policy.rules.push_back(FaultRule::OnNth(FaultKind::kEio, 1, IoOp::kWrite));
+  policy.rules.back().only_tag = 7;
+  policy.rules.back().run = 1000;
+  FaultInjectionIoEngine faulty(engines_[0].get(), policy);
+  IoEngine* lanes[] = {&faulty};
+  auto store = ExtentStore::Open(options_, absl::MakeConstSpan(lanes));
+  ASSERT_TRUE(store.ok()) << store.status();
+  Put(**store, 8, 0, 0);
+  AlignedBuffer b = Pattern(100000, 7, 0, 0);
+  absl::Status s = (*store)->Write(Key(7, 0), absl::MakeConstSpan(b.data(), 100000));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("Input/output error"));
+  EXPECT_FALSE((*store)->Contains(Key(7, 0)));
+  Put(**store, 8, 1, 0);
+  EXPECT_TRUE(Holds(**store, 8, 0, 0));
+  EXPECT_TRUE(Holds(**store, 8, 1, 0));
+  EXPECT_GT(faulty.schedule().fired(FaultKind::kEio), 0u);
 }
 
 }  // namespace
