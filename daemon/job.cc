@@ -67,6 +67,7 @@ Job::Job(uint64_t id, JobSettings settings, JobServices services)
 }
 
 Job::~Job() {
+  CloseDoorbells();
   Stop();
   // The cache's I/O thread reads into the ranks' exchange regions: stop it
   // before those are unmapped (members are destroyed after this body).
@@ -88,6 +89,7 @@ void Job::Stop() {
     }
     stopping_ = true;
     changed_.SignalAll();
+    PublishDoorbellsLocked();
   }
   if (worker_.joinable()) worker_.join();
 }
@@ -698,6 +700,7 @@ absl::Status Job::InitParams(uint32_t rank) {
     ranks_[rank].initialized = true;
     bool all = true;
     for (const RankState& r : ranks_) all = all && r.initialized;
+    if (all) PublishDoorbellsLocked();  // gradients are accepted from now on
     if (!all || services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return absl::OkStatus();
     record = SerializeJobRecord(RecordLocked());
   }
@@ -740,7 +743,7 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     for (bool ready : rs.grad_ready) grads_missing_ += ready ? 0 : 1;
   }
   // Sending a gradient again replaces it: inspect the new contents.
-  queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
+  if (inspect_queued_.insert({rank, index}).second) queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
   if (grads_missing_ == 0) {
     if (settings_.external_step_agreement) {
       // The step waits for CommitStep; PrepareStep gets this daemon's share.
@@ -902,6 +905,7 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   ExchangeSlot slot;
   {
     absl::MutexLock lock(&mu_);
+    inspect_queued_.erase({rank, index});
     slot = ranks_[rank].slots[index];
   }
   GradView grad{GradSlot(rank, slot), settings_.grad_dtype, slot.layout.padded_numel};
@@ -911,6 +915,7 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   if (!overflow.ok() || !norm.ok()) {
     worker_error_ = !overflow.ok() ? overflow.status() : norm.status();
     changed_.SignalAll();
+    PublishDoorbellsLocked();
     return;
   }
   inspections_[{rank, index}] = {*overflow, *norm};
@@ -933,6 +938,7 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
     worker_error_ = absl::Status(status.code(), absl::StrCat("optimizer step of job '", settings_.name,
                                                              "' failed: ", status.message()));
     changed_.SignalAll();
+    PublishDoorbellsLocked();
   }
 }
 
@@ -1050,6 +1056,7 @@ void Job::RunStep() {
     worker_error_ = absl::Status(status.code(), absl::StrCat("optimizer step ", step, " of job '",
                                                              settings_.name, "' failed: ", status.message()));
     changed_.SignalAll();
+    PublishDoorbellsLocked();
     return;
   }
   scaler_.Update(overflow);
@@ -1075,6 +1082,7 @@ void Job::RunStep() {
   step_queued_ = false;
   step_has_grads_ = false;
   next_step_ = step + 1;
+  PublishStepLocked(step, outcome);
   changed_.SignalAll();
 }
 

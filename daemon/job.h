@@ -24,11 +24,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/shard_key.h"
 #include "core/zero_partition.h"
+#include "daemon/doorbell.h"
 #include "daemon/job_record.h"
 #include "daemon/job_settings.h"
 #include "daemon/loss_scaler.h"
@@ -95,6 +97,8 @@ struct JobServices {
   const RequestLimits* limits = nullptr;
   // The daemon's pinned host memory, shared by all jobs (nullptr: unlimited).
   PinnedBudget* pinned = nullptr;
+  // The per-bucket signal path (daemon/doorbell.h); nullptr: gRPC only.
+  DoorbellHub* doorbells = nullptr;
 };
 
 class Job {
@@ -126,6 +130,15 @@ class Job {
   std::vector<ExchangeSlot> SlotsOf(uint32_t rank) const;
   int ExchangeFdOf(uint32_t rank) const;
   uint64_t ExchangeBytesOf(uint32_t rank) const;
+  // The rank's doorbell (daemon/doorbell.h), made on first use and kept for
+  // the job's life (a re-attached rank gets the same one). The fds stay
+  // owned by the job. Unimplemented when the daemon has no doorbell hub.
+  struct DoorbellFds {
+    int memfd = -1;
+    int eventfd = -1;
+    uint64_t bytes = 0;
+  };
+  absl::StatusOr<DoorbellFds> OpenDoorbell(uint32_t rank);
 
   // The rank wrote its initial params into its param slots.
   absl::Status InitParams(uint32_t rank);
@@ -243,6 +256,15 @@ class Job {
   // NVMe holds its last committed step. Refused once the job is retired.
   absl::Status CommitWithRecord(const std::string& record);
   void WorkerLoop();
+  // Doorbell side (job_doorbell.cc): what the ranks' doorbell pages say --
+  // the open step, steps done, closed/failed -- and a finished step.
+  void PublishDoorbellsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishStepLocked(uint64_t step, const StepOutcome& outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A trainer wrote a wild value into its doorbell: the job fails.
+  void FailFromDoorbell(const absl::Status& status);
+  // Destroys the doorbells outside mu_ (each waits for a drain in progress,
+  // which calls GradReady).
+  void CloseDoorbells();
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
   void RunStep();
@@ -311,6 +333,12 @@ class Job {
   absl::flat_hash_map<uint64_t, StepStats> committed_ ABSL_GUARDED_BY(mu_);
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
+  // (rank, index) with an inspection queued and not yet started: a re-sent
+  // gradient needs no second one (the queued one reads the new contents), so
+  // a rank re-signalling in a loop cannot grow queue_ without bound.
+  absl::flat_hash_set<std::pair<uint32_t, uint32_t>> inspect_queued_ ABSL_GUARDED_BY(mu_);
+  // Per rank, once the rank mapped its shared memory (OpenDoorbell).
+  std::vector<std::unique_ptr<Doorbell>> doorbells_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread worker_;
 };
