@@ -122,6 +122,9 @@ ClientDoorbell::Wait ClientDoorbell::WaitFor(Done done, absl::Duration timeout) 
 
 absl::Status ClientDoorbell::Signal(uint32_t index, uint64_t step, absl::Duration timeout) {
   if (absl::Status s = TakeRefusal(); !s.ok()) return s;
+  // The page's tail, not a private copy: entries an earlier session of this
+  // rank published (and died before ringing) stay in the ring, ahead of ours.
+  tail_ = shared_->tail.load(std::memory_order_relaxed);
   // A full ring: wait for the daemon to take entries.
   const Wait room = WaitFor(
       [&] { return tail_ - shared_->head.load(std::memory_order_acquire) < doorbell::kCapacity; }, timeout);
