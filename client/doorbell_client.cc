@@ -138,7 +138,10 @@ absl::Status ClientDoorbell::Signal(uint32_t index, uint64_t step, absl::Duratio
   e.index.store(index, std::memory_order_relaxed);
   e.step.store(step, std::memory_order_relaxed);
   ++tail_;
-  shared_->tail.store(tail_, std::memory_order_release);  // the gradient bytes and the entry, then the tail
+  // The gradient bytes and the entry, then the tail; seq_cst, paired with
+  // the poller's clearing of daemon_polling and its last look at the tail.
+  shared_->tail.store(tail_, std::memory_order_seq_cst);
+  if (shared_->daemon_polling.load(std::memory_order_seq_cst) != 0) return absl::OkStatus();  // it will see it
   const uint64_t one = 1;
   // EAGAIN: the counter is full, so the daemon has a wake-up pending anyway.
   (void)!write(eventfd_.get(), &one, sizeof(one));

@@ -13,6 +13,7 @@
 #include "core/status_macros.h"
 #include "absl/synchronization/notification.h"
 #include "client/doorbell_client.h"
+#include "client/slot_copy.h"
 #include "core/unix_socket.h"
 #include "grpcpp/grpcpp.h"
 #include "strata/v1/strata.grpc.pb.h"
@@ -449,6 +450,22 @@ absl::Status RankSession::Flush() {
 }
 
 bool RankSession::doorbell_active() const { return state_->doorbell != nullptr; }
+
+absl::Status RankSession::WriteGrad(uint32_t index, const void* src, uint64_t bytes, uint64_t offset) {
+  State& st = *state_;
+  if (index >= st.shards.size()) {
+    return absl::OutOfRangeError(absl::StrCat("WriteGrad: shard index ", index, " is out of range: this rank has ",
+                                              st.shards.size(), " shards"));
+  }
+  const ShardView& shard = st.shards[index];
+  const uint64_t slot_bytes = shard.padded_numel * DTypeSize(st.grad_dtype);
+  if (offset > slot_bytes || bytes > slot_bytes - offset) {
+    return absl::OutOfRangeError(absl::StrCat("WriteGrad: ", bytes, " bytes at offset ", offset,
+                                              " do not fit shard ", index, "'s grad slot of ", slot_bytes, " bytes"));
+  }
+  CopyToSlot(shard.grad + offset, src, bytes);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<StepResult> RankSession::WaitStep(uint64_t step) {
   State& st = *state_;

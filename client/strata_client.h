@@ -206,6 +206,11 @@ class RankSession {
   // GradReady, Flush or WaitStep. Mistakes the client can see (an index out
   // of range, a step that is not open) still go through gRPC and fail here.
   absl::Status GradReady(uint32_t index, uint64_t step);
+  // Copies `bytes` of gradient into shard `index`'s grad slot at byte
+  // `offset`, with streaming stores for large copies (client/slot_copy.h:
+  // faster than memcpy for a bucket the daemon reads next). OutOfRange when
+  // the bytes do not fit the slot.
+  absl::Status WriteGrad(uint32_t index, const void* src, uint64_t bytes, uint64_t offset = 0);
   // Waits until the daemon has taken every GradReady sent so far, returning
   // its refusal if it refused one. Immediate without the doorbell.
   absl::Status Flush();

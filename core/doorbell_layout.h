@@ -11,8 +11,8 @@
 //
 //   trainer                                      daemon (one poller thread)
 //   entries[tail % cap] = {index, step}
-//   tail.store(tail + 1, release)
-//   write(eventfd, 1)                 ───────►   epoll wakes; drains entries
+//   tail.store(tail + 1, seq_cst)
+//   write(eventfd, 1) unless polling  ───────►   epoll wakes; drains entries
 //                                                [private head, tail) through
 //                                                Job::GradReady; head.store();
 //   futex_wait(epoch) until head/steps ◄──────   epoch++ ; futex_wake(epoch)
@@ -79,7 +79,11 @@ struct Shared {
   // syscall when there are none (a wrong value costs a syscall or a wait
   // until the trainer's own timeout, nothing else).
   std::atomic<uint32_t> client_waiters;
-  std::atomic<uint32_t> reserved2;
+  // 1 while the daemon's poller is spinning on this ring: a trainer that
+  // reads it after publishing its tail may skip the eventfd write (the
+  // poller clears it, then reads the tail once more, before it sleeps). Only
+  // the daemon writes it and the daemon never reads it.
+  std::atomic<uint32_t> daemon_polling;
   // Step the daemon accepts gradients for, plus one (0: none yet, e.g.
   // before every rank called InitParams).
   std::atomic<uint64_t> open_step_plus1;

@@ -97,7 +97,12 @@ void Doorbell::ReportRefusal(const absl::Status& status) {
 }
 
 bool Doorbell::HasPending() const {
-  return !failed_ && shared_->tail.load(std::memory_order_relaxed) != head_;
+  // seq_cst: paired with the trainer's tail store and daemon_polling load.
+  return !failed_ && shared_->tail.load(std::memory_order_seq_cst) != head_;
+}
+
+void Doorbell::SetPolling(bool polling) {
+  shared_->daemon_polling.store(polling ? 1 : 0, std::memory_order_seq_cst);
 }
 
 int Doorbell::Service() {
@@ -199,12 +204,12 @@ void DoorbellHub::Remove(uint64_t id) {
   while (servicing_ == id) serviced_.Wait(&mu_);
 }
 
-void DoorbellHub::ServiceOne(uint64_t id) {
+int DoorbellHub::ServiceOne(uint64_t id) {
   Doorbell* bell = nullptr;
   {
     absl::MutexLock lock(&mu_);
     auto it = slots_.find(id);
-    if (it == slots_.end() || it->second.dead || it->second.muted_until != absl::InfinitePast()) return;
+    if (it == slots_.end() || it->second.dead || it->second.muted_until != absl::InfinitePast()) return 0;
     bell = it->second.bell;
     servicing_ = id;
   }
@@ -216,17 +221,17 @@ void DoorbellHub::ServiceOne(uint64_t id) {
   serviced_.SignalAll();
   ++stats_.wakeups;
   auto it = slots_.find(id);
-  if (it == slots_.end()) return;  // removed meanwhile
+  if (it == slots_.end()) return taken;  // removed meanwhile
   Slot& slot = it->second;
   if (taken < 0) {
     slot.dead = true;
     (void)epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, slot.fd, nullptr);
-    return;
+    return taken;
   }
   stats_.entries += static_cast<uint64_t>(taken);
   if (taken > 0) {
     slot.empty_in_a_row = 0;
-    return;
+    return taken;
   }
   ++stats_.empty_wakeups;
   if (++slot.empty_in_a_row >= options_.empty_wakeups_before_mute) {
@@ -235,30 +240,53 @@ void DoorbellHub::ServiceOne(uint64_t id) {
     ++stats_.mutes;
     (void)epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, slot.fd, nullptr);
   }
+  return 0;
+}
+
+bool DoorbellHub::PendingOf(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = slots_.find(id);
+  return it != slots_.end() && !it->second.dead && it->second.muted_until == absl::InfinitePast() &&
+         it->second.bell->HasPending();
+}
+
+void DoorbellHub::SetPollingOf(uint64_t id, bool polling) {
+  absl::MutexLock lock(&mu_);
+  auto it = slots_.find(id);
+  if (it != slots_.end() && !it->second.dead) it->second.bell->SetPolling(polling);
+}
+
+int DoorbellHub::MuteTimeoutMs() {
+  int timeout_ms = -1;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  for (const auto& [id, slot] : slots_) {
+    if (slot.muted_until == absl::InfinitePast()) continue;
+    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(slot.muted_until - now) + 1);
+    timeout_ms = timeout_ms < 0 ? static_cast<int>(ms) : std::min(timeout_ms, static_cast<int>(ms));
+  }
+  return timeout_ms;
 }
 
 void DoorbellHub::Loop() {
   std::vector<epoll_event> events(64);
-  std::vector<uint64_t> served;
+  // Rings that had entries within the last options_.spin: polled without
+  // waiting for a ring (their trainers see daemon_polling and skip the
+  // eventfd), while epoll is still looked at each round for the others. A
+  // ring cools options_.spin after its last entry, so the hub spins only
+  // while signals are arriving and otherwise sleeps in epoll_wait.
+  absl::flat_hash_map<uint64_t, absl::Time> hot;
   while (true) {
-    // Sleep until a ring, the stop signal, or the end of the earliest mute.
-    int timeout_ms = -1;
-    {
-      absl::MutexLock lock(&mu_);
-      const absl::Time now = absl::Now();
-      for (const auto& [id, slot] : slots_) {
-        if (slot.muted_until == absl::InfinitePast()) continue;
-        const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(slot.muted_until - now) + 1);
-        timeout_ms = timeout_ms < 0 ? static_cast<int>(ms) : std::min(timeout_ms, static_cast<int>(ms));
-      }
-    }
+    const int timeout_ms = hot.empty() || options_.spin <= absl::ZeroDuration() ? MuteTimeoutMs() : 0;
     const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout_ms);
     if (n < 0 && errno != EINTR) return;  // EBADF and the like: nothing to recover
-    served.clear();
     for (int i = 0; i < n; ++i) {
-      if (events[i].data.u64 == 0) return;  // stop
-      ServiceOne(events[i].data.u64);
-      served.push_back(events[i].data.u64);
+      const uint64_t id = events[i].data.u64;
+      if (id == 0) return;  // stop
+      if (ServiceOne(id) > 0 && options_.spin > absl::ZeroDuration()) {
+        if (!hot.contains(id)) SetPollingOf(id, true);
+        hot[id] = absl::Now();
+      }
     }
     // Muted ranks whose time is up: back into the poll set, and drained once
     // (entries may have arrived while they were out).
@@ -277,21 +305,28 @@ void DoorbellHub::Loop() {
       }
     }
     for (uint64_t id : unmuted) ServiceOne(id);
-    // A short, bounded spin on the rings just served: a trainer handing off
-    // bucket after bucket is picked up without another wake-up.
-    if (served.empty() || options_.spin <= absl::ZeroDuration()) continue;
-    const absl::Time until = absl::Now() + options_.spin;
-    while (absl::Now() < until) {
-      for (uint64_t id : served) {
-        bool pending = false;
-        {
-          absl::MutexLock lock(&mu_);
-          auto it = slots_.find(id);
-          pending = it != slots_.end() && !it->second.dead &&
-                    it->second.muted_until == absl::InfinitePast() && it->second.bell->HasPending();
-        }
-        if (pending) ServiceOne(id);
+    for (auto it = hot.begin(); it != hot.end();) {
+      const uint64_t id = it->first;
+      if (PendingOf(id)) {
+        if (ServiceOne(id) > 0) it->second = absl::Now();
+        ++it;
+        continue;
       }
+      if (absl::Now() - it->second < options_.spin) {
+        ++it;
+        continue;
+      }
+      // Cool it: stop telling its trainer we poll, then look once more. A
+      // trainer that saw the flag set (and did not ring) published before
+      // the flag was cleared, so its entry is seen here; later ones ring.
+      SetPollingOf(id, false);
+      if (PendingOf(id) && ServiceOne(id) > 0) {
+        SetPollingOf(id, true);
+        it->second = absl::Now();
+        ++it;
+        continue;
+      }
+      hot.erase(it++);
     }
   }
 }

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -78,6 +80,12 @@ class FakeTrainer {
     Write(index, step);
     Publish();
     Ring();
+  }
+  // As the client library does: no ring while the daemon says it polls.
+  void SendLikeTheClient(uint64_t index, uint64_t step) {
+    Write(index, step);
+    page_->tail.store(tail_, std::memory_order_seq_cst);
+    if (page_->daemon_polling.load(std::memory_order_seq_cst) == 0) Ring();
   }
   // Waits until the daemon's head reaches `n` (true) or 10 s pass.
   bool WaitHead(uint64_t n) {
@@ -299,6 +307,33 @@ TEST(DoorbellTest, ManyResendsNeedNoMoreThanOneRing) {
   EXPECT_EQ(rec.count(), kSignals);
   EXPECT_EQ(rec.failed(), 0u);
   EXPECT_EQ(hub->stats().entries, kSignals);
+}
+
+TEST(DoorbellTest, ATrainerSkippingRingsWhileThePollerSpinsLosesNoEntry) {
+  DoorbellHub::Options options;
+  options.spin = absl::Microseconds(30);
+  auto hub = MakeHub(options);
+  Recorder rec;
+  auto bell = MakeBell(hub.get(), rec);
+  FakeTrainer t(*bell);
+  std::mt19937 rng(7);
+  constexpr uint64_t kSignals = 3000;
+  uint64_t skipped_rings = 0;
+  for (uint64_t i = 0; i < kSignals; ++i) {
+    // Pauses around the poller's 30 us spin, so entries land before, during
+    // and just after it.
+    const int pause_us = rng() % 2 == 0 ? 0 : static_cast<int>(rng() % 80);
+    if (pause_us > 0) absl::SleepFor(absl::Microseconds(pause_us));
+    skipped_rings += t.page()->daemon_polling.load() != 0;
+    t.SendLikeTheClient(i % 4, 0);
+    if (i % 500 == 499) {
+      ASSERT_TRUE(t.WaitHead(i + 1)) << "entry " << i << " was never taken";
+    }
+  }
+  ASSERT_TRUE(t.WaitHead(kSignals));
+  EXPECT_EQ(rec.count(), kSignals);
+  std::printf("rings skipped because the poller was spinning: %llu of %llu\n",
+              static_cast<unsigned long long>(skipped_rings), static_cast<unsigned long long>(kSignals));
 }
 
 TEST(DoorbellTest, DestructionWaitsForADrainInProgressAndClosesThePage) {
