@@ -58,7 +58,7 @@ absl::StatusOr<ConcurrentCallsResult> RunConcurrentNoopClients(const std::string
                                                                uint64_t calls_per_client) {
   absl::StatusOr<std::string> exe = ThisBinary();
   if (!exe.ok()) return exe.status();
-  std::vector<std::string> args = {*exe, "bench", "rpc", "--worker_calls", absl::StrCat(calls_per_client),
+  std::vector<std::string> args = {*exe, "rpc", "--worker_calls", absl::StrCat(calls_per_client),
                                    "--socket", socket};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

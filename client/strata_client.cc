@@ -9,7 +9,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/status_macros.h"
 #include "absl/synchronization/notification.h"
+#include "client/doorbell_client.h"
+#include "client/slot_copy.h"
 #include "core/unix_socket.h"
 #include "grpcpp/grpcpp.h"
 #include "strata/v1/strata.grpc.pb.h"
@@ -57,6 +61,7 @@ struct RankSession::State {
   std::byte* region = nullptr;
   uint64_t region_bytes = 0;
   std::vector<ShardView> shards;
+  std::unique_ptr<ClientDoorbell> doorbell;  // when the daemon offered one
   std::atomic<bool> stop{false};
   absl::Notification stopped;
   std::thread heartbeat;
@@ -302,21 +307,40 @@ absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors,
   st.param_dtype = *pdt;
   st.grad_dtype = *gdt;
   st.stage = response.stage();
-  // Receive the exchange region's memfd and map it.
+  // Receive the exchange region's memfd and map it; with the doorbell
+  // offered, also the doorbell's page and eventfd ("OK <region> <page>").
+  const bool want_doorbell = st.connection->options.use_doorbell && response.doorbell_bytes() != 0;
   auto sock = ConnectUnix(st.fd_socket_path);
   if (!sock.ok()) return sock.status();
-  if (absl::Status s = SendWithFds(sock->get(), st.fd_token, {}); !s.ok()) return s;
+  if (absl::Status s = SendWithFds(sock->get(), want_doorbell ? st.fd_token + " doorbell" : st.fd_token, {});
+      !s.ok()) {
+    return s;
+  }
   auto reply = ReceiveWithFds(sock->get(), 1024, st.connection->options.rpc_timeout);
   if (!reply.ok()) return reply.status();
-  if (reply->bytes.rfind("OK ", 0) != 0 || reply->fds.size() != 1) {
+  std::vector<std::string> words = absl::StrSplit(reply->bytes, ' ');
+  const bool with_doorbell = words.size() == 3 && reply->fds.size() == 3;
+  if (words.size() < 2 || words[0] != "OK" || !(with_doorbell || (words.size() == 2 && reply->fds.size() == 1))) {
     return absl::PermissionDeniedError(absl::StrCat("the daemon refused the shared memory: ", reply->bytes));
   }
   uint64_t bytes = 0;
-  if (!absl::SimpleAtoi(reply->bytes.substr(3), &bytes) || bytes != response.region_bytes()) {
+  if (!absl::SimpleAtoi(words[1], &bytes) || bytes != response.region_bytes()) {
     return absl::InternalError("the daemon's shared region size does not match RegisterTensors");
+  }
+  st.doorbell.reset();
+  if (with_doorbell) {
+    uint64_t page = 0;
+    if (!absl::SimpleAtoi(words[2], &page)) return absl::InternalError("the daemon's doorbell reply is malformed");
+    // A doorbell this client cannot use (another version) leaves it on gRPC.
+    auto bell = ClientDoorbell::Map(std::move(reply->fds[1]), std::move(reply->fds[2]), page);
+    if (bell.ok()) st.doorbell = std::move(*bell);
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, reply->fds[0].get(), 0);
   if (base == MAP_FAILED) return absl::InternalError(absl::StrCat("mmap of the shared region failed: errno ", errno));
+  // Huge pages where shmem THP allows them (the daemon advises its own
+  // mapping too): a 64 MiB bucket copied through 4 KiB pages pays a TLB walk
+  // per page. Advice only: refused or ignored, nothing changes.
+  (void)madvise(base, bytes, MADV_HUGEPAGE);
   st.region = static_cast<std::byte*>(base);
   st.region_bytes = bytes;
   st.shards.clear();
@@ -379,6 +403,10 @@ absl::Status RankSession::BeginStep(uint64_t step, absl::Span<const GroupHyperpa
 }
 
 absl::Status RankSession::GradReady(uint32_t index, uint64_t step) {
+  State& st = *state_;
+  if (st.doorbell != nullptr && st.doorbell->CanSignal(index, step, st.shards.size())) {
+    return st.doorbell->Signal(index, step, st.connection->options.rpc_timeout);
+  }
   strata::v1::GradReadyRequest request;
   request.set_index(index);
   request.set_step(step);
@@ -407,12 +435,56 @@ absl::Status RankSession::CommitStep(uint64_t step, bool overflow, double square
                      state_->connection->options.rpc_timeout);
 }
 
+absl::Status RankSession::Flush() {
+  State& st = *state_;
+  if (st.doorbell == nullptr) return absl::OkStatus();
+  absl::Status s = st.doorbell->Flush(st.connection->options.rpc_timeout);
+  if (s.code() != absl::StatusCode::kUnavailable) return s;
+  // The page closed or the job failed: gRPC says why.
+  strata::v1::WaitStepRequest request;
+  request.set_step(st.doorbell->done_steps());
+  strata::v1::WaitStepResponse response;
+  absl::Status why = SessionCall(st, &strata::v1::Strata::Stub::WaitStep, "Flush", request, &response,
+                                 absl::Seconds(2));
+  return why.ok() ? s : why;
+}
+
+bool RankSession::doorbell_active() const { return state_->doorbell != nullptr; }
+
+absl::Status RankSession::WriteGrad(uint32_t index, const void* src, uint64_t bytes, uint64_t offset) {
+  State& st = *state_;
+  if (index >= st.shards.size()) {
+    return absl::OutOfRangeError(absl::StrCat("WriteGrad: shard index ", index, " is out of range: this rank has ",
+                                              st.shards.size(), " shards"));
+  }
+  const ShardView& shard = st.shards[index];
+  const uint64_t slot_bytes = shard.padded_numel * DTypeSize(st.grad_dtype);
+  if (offset > slot_bytes || bytes > slot_bytes - offset) {
+    return absl::OutOfRangeError(absl::StrCat("WriteGrad: ", bytes, " bytes at offset ", offset,
+                                              " do not fit shard ", index, "'s grad slot of ", slot_bytes, " bytes"));
+  }
+  CopyToSlot(shard.grad + offset, src, bytes);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepResult> RankSession::WaitStep(uint64_t step) {
+  State& st = *state_;
+  // The doorbell answers for the open step; otherwise (closed, failed, a
+  // step it does not describe, its wait ran out) gRPC answers, with the
+  // exact error. After a doorbell wait that ran out the gRPC wait is short.
+  absl::Duration grpc_timeout = st.connection->options.step_timeout;
+  if (st.doorbell != nullptr) {
+    const absl::Time start = absl::Now();
+    STRATA_ASSIGN_OR_RETURN(std::optional<DoorbellStepOutcome> done,
+                            st.doorbell->WaitStep(step, st.connection->options.step_timeout));
+    if (done.has_value()) return StepResult{done->skipped, done->loss_scale, done->grad_norm, done->optimizer_steps};
+    if (absl::Now() - start >= st.connection->options.step_timeout) grpc_timeout = absl::Seconds(2);
+  }
   strata::v1::WaitStepRequest request;
   request.set_step(step);
   strata::v1::WaitStepResponse response;
   absl::Status s = SessionCall(*state_, &strata::v1::Strata::Stub::WaitStep, "WaitStep", request, &response,
-                               state_->connection->options.step_timeout);
+                               grpc_timeout);
   if (!s.ok()) return s;
   return StepResult{response.skipped(), response.loss_scale(), response.grad_norm(), response.optimizer_steps()};
 }

@@ -54,6 +54,9 @@ struct ClientOptions {
   std::string socket_path;                        // stratad's --socket
   absl::Duration rpc_timeout = absl::Seconds(30);  // every call but WaitStep
   absl::Duration step_timeout = absl::Minutes(5);  // WaitStep
+  // GradReady and WaitStep go through the daemon's shared-memory doorbell
+  // when it offers one (docs/DAEMON.md); false keeps every call on gRPC.
+  bool use_doorbell = true;
 };
 
 enum class JobMode : uint8_t { kOffload = 1, kInfinity = 2 };
@@ -197,7 +200,23 @@ class RankSession {
   // the last ones set (the job's optimizer settings before any). Any rank may
   // send it; every rank that does must send the same values.
   absl::Status BeginStep(uint64_t step, absl::Span<const GroupHyperparams> groups);
+  // With the doorbell (doorbell_active()) the signal is queued in shared
+  // memory and this returns at once; a signal the daemon then refuses (a
+  // race with another rank, say) is returned by this session's next
+  // GradReady, Flush or WaitStep. Mistakes the client can see (an index out
+  // of range, a step that is not open) still go through gRPC and fail here.
   absl::Status GradReady(uint32_t index, uint64_t step);
+  // Copies `bytes` of gradient into shard `index`'s grad slot at byte
+  // `offset`, with streaming stores for large copies (client/slot_copy.h:
+  // faster than memcpy for a bucket the daemon reads next). OutOfRange when
+  // the bytes do not fit the slot.
+  absl::Status WriteGrad(uint32_t index, const void* src, uint64_t bytes, uint64_t offset = 0);
+  // Waits until the daemon has taken every GradReady sent so far, returning
+  // its refusal if it refused one. Immediate without the doorbell.
+  absl::Status Flush();
+  // Whether GradReady/WaitStep use the doorbell (the daemon offered one, and
+  // ClientOptions::use_doorbell); set by RegisterTensors.
+  bool doorbell_active() const;
   // Jobs with external_step_agreement: after the step's GradReady calls,
   // PrepareStep waits for every local rank's gradients and returns this
   // daemon's share; CommitStep hands back the all-reduced values, after which

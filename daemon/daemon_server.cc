@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/byte_size.h"
@@ -172,12 +173,19 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   server->job_workers_ = std::move(*job_workers);
   server->choices_.push_back(
       absl::StrCat("job workers: ", settings.job_worker_threads, " threads, shared by every job"));
+  auto doorbells = DoorbellHub::Create();
+  if (!doorbells.ok()) return doorbells.status();
+  server->doorbells_ = std::move(*doorbells);
+  server->choices_.push_back(
+      "per-bucket signals: doorbell (shared-memory ring + eventfd, one poller thread); gRPC for control and "
+      "as fallback");
   JobServices services;
   services.workers = server->job_workers_.get();
   services.optimizer = server->optimizer_.get();
   services.nvme = server->nvme_.get();
   services.limits = &server->settings_.limits;
   services.pinned = server->pinned_.get();
+  services.doorbells = server->doorbells_.get();
   server->registry_ = std::make_unique<JobRegistry>(services, &server->clock_, settings.lease_timeout,
                                                     settings.reattach_timeout, settings.limits.max_jobs_per_uid);
   server->fd_socket_path_ = settings.socket_path + ".fd";
@@ -327,7 +335,13 @@ void DaemonServer::ServeFdRequest(UniqueFd connection) {
   }
   auto peer = peers_.Get(connection.get());
   if (!peer.has_value()) return;
-  auto session = registry_->RedeemToken(message->bytes, Caller{peer->uid, admins_->IsAdmin(peer->uid)});
+  // "<token>" asks for the exchange region; "<token> doorbell" (clients that
+  // saw RegisterTensorsResponse.doorbell_bytes) for the doorbell too.
+  std::string token = message->bytes;
+  constexpr absl::string_view kDoorbellSuffix = " doorbell";
+  const bool wants_doorbell = absl::EndsWith(token, kDoorbellSuffix);
+  if (wants_doorbell) token.resize(token.size() - kDoorbellSuffix.size());
+  auto session = registry_->RedeemToken(token, Caller{peer->uid, admins_->IsAdmin(peer->uid)});
   if (!session.ok()) {
     (void)SendWithFds(connection.get(), absl::StrCat("ERR ", session.status().message()), {});
     return;
@@ -337,8 +351,18 @@ void DaemonServer::ServeFdRequest(UniqueFd connection) {
     return;
   }
   const int fd = session->job->ExchangeFdOf(session->rank);
-  (void)SendWithFds(connection.get(),
-                    absl::StrCat("OK ", session->job->ExchangeBytesOf(session->rank)), {fd});
+  const std::string ok = absl::StrCat("OK ", session->job->ExchangeBytesOf(session->rank));
+  if (wants_doorbell) {
+    // Without a doorbell the client keeps to gRPC: the reply says so by
+    // carrying the region alone.
+    auto bell = session->job->OpenDoorbell(session->rank);
+    if (bell.ok()) {
+      (void)SendWithFds(connection.get(), absl::StrCat(ok, " ", bell->bytes), {fd, bell->memfd, bell->eventfd});
+      return;
+    }
+    log_(absl::StrCat("job ", session->job->id(), " rank ", session->rank, ": no doorbell: ", bell.status().message()));
+  }
+  (void)SendWithFds(connection.get(), ok, {fd});
 }
 
 void DaemonServer::ExpiryLoop() {

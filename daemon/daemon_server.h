@@ -5,7 +5,8 @@
 //   <socket>     gRPC control plane; each accepted connection's peer uid is
 //                checked (SO_PEERCRED) before gRPC sees it;
 //   <socket>.fd  shared-memory hand-off: a rank sends its one-time token and
-//                receives its exchange region's memfd (SCM_RIGHTS).
+//                receives its exchange region's memfd (SCM_RIGHTS), and with
+//                "<token> doorbell" also its doorbell page and eventfd.
 // It logs nothing itself: startup_choices() says what it chose, and Run's
 // caller logs.
 #ifndef STRATA_DAEMON_DAEMON_SERVER_H_
@@ -103,6 +104,9 @@ class DaemonServer {
   // Runs every job's steps; declared before the registry, so the jobs (whose
   // Stop waits for their last turn) are gone before the pool joins.
   std::unique_ptr<ThreadPoolExecutor> job_workers_;
+  // Per-bucket signals (daemon/doorbell.h): before the registry, since jobs
+  // leave the hub when they are destroyed.
+  std::unique_ptr<DoorbellHub> doorbells_;
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<StrataService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -71,6 +71,7 @@ Job::Job(uint64_t id, JobSettings settings, JobServices services)
       workers_(services.workers) {}
 
 Job::~Job() {
+  CloseDoorbells();
   Stop();
   // The cache's I/O thread reads into the ranks' exchange regions: stop it
   // before those are unmapped (members are destroyed after this body).
@@ -103,6 +104,7 @@ void Job::Stop() {
   absl::MutexLock lock(&mu_);
   stopping_ = true;
   changed_.SignalAll();
+  PublishDoorbellsLocked();
   // Queued work finishes first: a step whose gradients are all in is applied
   // (graceful shutdown finishes in-flight steps). Once no turn is left, none
   // is scheduled again, so the pool never calls into a destroyed job.
@@ -717,6 +719,7 @@ absl::Status Job::InitParams(uint32_t rank) {
     ranks_[rank].initialized = true;
     bool all = true;
     for (const RankState& r : ranks_) all = all && r.initialized;
+    if (all) PublishDoorbellsLocked();  // gradients are accepted from now on
     if (!all || services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return absl::OkStatus();
     record = SerializeJobRecord(RecordLocked());
   }
@@ -759,7 +762,7 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     for (bool ready : rs.grad_ready) grads_missing_ += ready ? 0 : 1;
   }
   // Sending a gradient again replaces it: inspect the new contents.
-  queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
+  if (inspect_queued_.insert({rank, index}).second) queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
   if (grads_missing_ == 0) {
     if (settings_.external_step_agreement) {
       // The step waits for CommitStep; PrepareStep gets this daemon's share.
@@ -927,6 +930,7 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   ExchangeSlot slot;
   {
     absl::MutexLock lock(&mu_);
+    inspect_queued_.erase({rank, index});
     slot = ranks_[rank].slots[index];
   }
   GradView grad{GradSlot(rank, slot), settings_.grad_dtype, slot.layout.padded_numel};
@@ -936,6 +940,7 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   if (!overflow.ok() || !norm.ok()) {
     worker_error_ = !overflow.ok() ? overflow.status() : norm.status();
     changed_.SignalAll();
+    PublishDoorbellsLocked();
     return;
   }
   inspections_[{rank, index}] = {*overflow, *norm};
@@ -958,6 +963,7 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
     worker_error_ = absl::Status(status.code(), absl::StrCat("optimizer step of job '", settings_.name,
                                                              "' failed: ", status.message()));
     changed_.SignalAll();
+    PublishDoorbellsLocked();
   }
 }
 
@@ -1091,6 +1097,7 @@ void Job::RunStep() {
                          : std::string()));
     reload_needed_ = nvme;
     changed_.SignalAll();
+    PublishDoorbellsLocked();
     return;
   }
   scaler_.Update(overflow);
@@ -1116,6 +1123,7 @@ void Job::RunStep() {
   step_queued_ = false;
   step_has_grads_ = false;
   next_step_ = step + 1;
+  PublishStepLocked(step, outcome);
   changed_.SignalAll();
 }
 

@@ -25,11 +25,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/shard_key.h"
 #include "core/zero_partition.h"
+#include "daemon/doorbell.h"
 #include "daemon/job_record.h"
 #include "daemon/job_settings.h"
 #include "daemon/loss_scaler.h"
@@ -100,6 +102,8 @@ struct JobServices {
   // The daemon's bounded worker pool, shared by all jobs (FIFO; nullptr: the
   // job makes a one-thread pool of its own).
   TransferExecutor* workers = nullptr;
+  // The per-bucket signal path (daemon/doorbell.h); nullptr: gRPC only.
+  DoorbellHub* doorbells = nullptr;
 };
 
 class Job {
@@ -131,6 +135,15 @@ class Job {
   std::vector<ExchangeSlot> SlotsOf(uint32_t rank) const;
   int ExchangeFdOf(uint32_t rank) const;
   uint64_t ExchangeBytesOf(uint32_t rank) const;
+  // The rank's doorbell (daemon/doorbell.h), made on first use and kept for
+  // the job's life (a re-attached rank gets the same one). The fds stay
+  // owned by the job. Unimplemented when the daemon has no doorbell hub.
+  struct DoorbellFds {
+    int memfd = -1;
+    int eventfd = -1;
+    uint64_t bytes = 0;
+  };
+  absl::StatusOr<DoorbellFds> OpenDoorbell(uint32_t rank);
 
   // The rank wrote its initial params into its param slots.
   absl::Status InitParams(uint32_t rank);
@@ -262,6 +275,15 @@ class Job {
   // items (or a long step) holds at most one pool thread.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunTurn();
+  // Doorbell side (job_doorbell.cc): what the ranks' doorbell pages say --
+  // the open step, steps done, closed/failed -- and a finished step.
+  void PublishDoorbellsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishStepLocked(uint64_t step, const StepOutcome& outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A trainer wrote a wild value into its doorbell: the job fails.
+  void FailFromDoorbell(const absl::Status& status);
+  // Destroys the doorbells outside mu_ (each waits for a drain in progress,
+  // which calls GradReady).
+  void CloseDoorbells();
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
   void RunStep();
@@ -332,6 +354,12 @@ class Job {
   absl::flat_hash_map<uint64_t, StepStats> committed_ ABSL_GUARDED_BY(mu_);
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
+  // (rank, index) with an inspection queued and not yet started: a re-sent
+  // gradient needs no second one (the queued one reads the new contents), so
+  // a rank re-signalling in a loop cannot grow queue_ without bound.
+  absl::flat_hash_set<std::pair<uint32_t, uint32_t>> inspect_queued_ ABSL_GUARDED_BY(mu_);
+  // Per rank, once the rank mapped its shared memory (OpenDoorbell).
+  std::vector<std::unique_ptr<Doorbell>> doorbells_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // The pool the job's items run on: services_.workers, or own_workers_.
   std::unique_ptr<ThreadPoolExecutor> own_workers_;

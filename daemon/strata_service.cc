@@ -192,6 +192,7 @@ grpc::Status StrataService::RegisterTensors(grpc::ServerContext* context, const 
   response->set_param_dtype(std::string(DTypeName(job.settings().param_dtype)));
   response->set_grad_dtype(std::string(DTypeName(job.settings().grad_dtype)));
   response->set_stage(job.settings().stage);
+  if (ctx_.services.doorbells != nullptr) response->set_doorbell_bytes(doorbell::kBytes);
   return grpc::Status::OK;
 }
 

@@ -13,7 +13,10 @@
 #include <thread>
 
 #include <fstream>
+#include <optional>
 
+#include "absl/strings/str_cat.h"
+#include "core/doorbell_layout.h"
 #include "core/unix_socket.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tests/daemon_fixture.h"
@@ -75,7 +78,10 @@ struct Rank {
 
 // Two ranks of an fp32 AdamW job take `steps` steps; every owned param must
 // equal what the CPU optimizer computes locally on the same data.
-void RunOffloadJob(StrataClient& client, const std::string& name, int steps) {
+// `doorbell`: whether the ranks' GradReady/WaitStep must go through the
+// shared-memory doorbell (true) or gRPC (false); unset: either.
+void RunOffloadJob(StrataClient& client, const std::string& name, int steps,
+                   std::optional<bool> doorbell = std::nullopt) {
   JobSpec spec;
   spec.name = name;
   spec.world_size = 2;
@@ -90,6 +96,9 @@ void RunOffloadJob(StrataClient& client, const std::string& name, int steps) {
     ASSERT_TRUE(s.ok()) << s.status();
     ranks[r].session = std::move(*s);
     ASSERT_TRUE(ranks[r].session->RegisterTensors(Model()).ok());
+    if (doorbell.has_value()) {
+      ASSERT_EQ(ranks[r].session->doorbell_active(), *doorbell);
+    }
     for (ShardView& shard : ranks[r].session->shards()) Fill(shard, shard.param, InitialParam);
     ASSERT_TRUE(ranks[r].session->InitParams().ok());
   }
@@ -243,7 +252,101 @@ TEST(DaemonE2ETest, OffloadStepsMatchTheLocalOptimizerBitForBit) {
   ASSERT_TRUE(daemon.Start());
   auto client = daemon.Connect();
   ASSERT_NE(client, nullptr);
-  RunOffloadJob(*client, "offload-a", 3);
+  RunOffloadJob(*client, "offload-a", 3, /*doorbell=*/true);
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+// The gRPC path (an older daemon, or a client told not to use the doorbell)
+// gives the same bits; one rank on each path in one job works too.
+TEST(DaemonE2ETest, OffloadStepsOverTheGrpcFallbackMatchBitForBit) {
+  DaemonProcess daemon(TestDir("offload-grpc"));
+  ASSERT_TRUE(daemon.Start());
+  ClientOptions o;
+  o.socket_path = daemon.socket();
+  o.rpc_timeout = absl::Seconds(10);
+  o.step_timeout = absl::Seconds(30);
+  o.use_doorbell = false;
+  auto client = StrataClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  RunOffloadJob(**client, "offload-grpc", 3, /*doorbell=*/false);
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+// Doorbell signals the daemon refuses are reported by the rank's next call;
+// a wild value written into the ring fails that job only, with a message
+// naming it, and the daemon keeps serving the other job.
+TEST(DaemonE2ETest, DoorbellRefusalsAreReportedAndAWildRingFailsOnlyItsJob) {
+  DaemonProcess daemon(TestDir("doorbell-hostile"));
+  ASSERT_TRUE(daemon.Start());
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  JobSpec spec;
+  spec.world_size = 1;
+  spec.mode = JobMode::kOffload;
+  spec.deepspeed_config_json = kAdamW;
+  spec.param_dtype = DType::kFp32;
+  spec.grad_dtype = DType::kFp32;
+  std::unique_ptr<RankSession> ranks[2];
+  for (int j = 0; j < 2; ++j) {
+    spec.name = absl::StrCat("bell-", j);
+    ASSERT_TRUE(client->CreateJob(spec).ok());
+    auto s = client->Attach(spec.name, 0);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ranks[j] = std::move(*s);
+    ASSERT_TRUE(ranks[j]->RegisterTensors(Model()).ok());
+    ASSERT_TRUE(ranks[j]->doorbell_active());
+    for (ShardView& shard : ranks[j]->shards()) Fill(shard, shard.param, InitialParam);
+    ASSERT_TRUE(ranks[j]->InitParams().ok());
+  }
+  // Mistakes the client can see still fail at once, through gRPC.
+  EXPECT_EQ(ranks[0]->GradReady(99, 0).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ranks[0]->GradReady(0, 5).code(), absl::StatusCode::kFailedPrecondition);
+  // A step through the doorbell.
+  for (ShardView& shard : ranks[0]->shards()) {
+    Fill(shard, shard.grad, [&](uint32_t t, uint64_t e) { return Grad(t, e, 0); });
+    ASSERT_TRUE(ranks[0]->GradReady(shard.index, 0).ok());
+  }
+  ASSERT_TRUE(ranks[0]->Flush().ok());
+  auto done = ranks[0]->WaitStep(0);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->optimizer_steps, 1u);
+  // A hostile trainer of job 1 writes a wild shard index into its ring (the
+  // page is found in this process's mappings by its memfd name).
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  char* page = nullptr;
+  while (std::getline(maps, line)) {
+    if (line.find(absl::StrCat("strata-job", ranks[1]->job_id(), "-rank0-doorbell")) == std::string::npos) continue;
+    page = reinterpret_cast<char*>(std::stoull(line.substr(0, line.find('-')), nullptr, 16));
+  }
+  ASSERT_NE(page, nullptr) << "the doorbell page of job bell-1 is not mapped";
+  auto* shared = reinterpret_cast<doorbell::Shared*>(page);
+  const uint64_t tail = shared->tail.load();
+  shared->entries[tail % doorbell::kCapacity].index.store(uint64_t{1} << 40);
+  shared->entries[tail % doorbell::kCapacity].step.store(0);
+  shared->tail.store(tail + 1);
+  // Its next signal rings the daemon, which finds the wild entry first.
+  auto blank = [](uint32_t, uint64_t) { return 0.0f; };
+  for (ShardView& shard : ranks[1]->shards()) Fill(shard, shard.grad, blank);
+  ASSERT_TRUE(ranks[1]->GradReady(0, 0).ok());
+  absl::Status failed = ranks[1]->Flush();
+  EXPECT_FALSE(failed.ok());
+  EXPECT_NE(failed.message().find("shard index 1099511627776"), std::string::npos) << failed;
+  auto after = ranks[1]->WaitStep(0);
+  EXPECT_FALSE(after.ok()) << "optimizer_steps " << after->optimizer_steps;
+  if (!after.ok()) {
+    EXPECT_NE(after.status().message().find("shard index"), std::string::npos) << after.status();
+  }
+  // Job 0 is unharmed.
+  for (ShardView& shard : ranks[0]->shards()) {
+    Fill(shard, shard.grad, [&](uint32_t t, uint64_t e) { return Grad(t, e, 1); });
+    ASSERT_TRUE(ranks[0]->GradReady(shard.index, 1).ok());
+  }
+  auto next = ranks[0]->WaitStep(1);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->optimizer_steps, 2u);
+  ranks[0].reset();
+  ranks[1].reset();
   EXPECT_EQ(daemon.Stop(), 0);
 }
 
