@@ -30,6 +30,11 @@ case "$mode" in all|build|tsa|tests|fuzz) ;; *) echo "usage: scripts/ci_hardenin
 
 fuzzers=(deepspeed_config_fuzz daemon_config_fuzz job_record_fuzz service_rpc_fuzz)
 unit_tests=(core_test swap_test tiers_test daemon_config_test daemon_test job_settings_test daemon_e2e_test)
+# mlock is a no-op under ASan (its interceptor returns 0), so the test that
+# a lock beyond RLIMIT_MEMLOCK fails cannot pass in this build.
+declare -A test_args=(
+  [tiers_test]="--gtest_filter=-PinnedHostTierDeathTest.RequiredLockBeyondTheLimitNamesTheLimitAndTheFix"
+)
 declare -A corpus=(
   [deepspeed_config_fuzz]=core/fuzz/corpus/deepspeed_config
   [daemon_config_fuzz]=daemon/fuzz/corpus/daemon_config
@@ -106,19 +111,28 @@ if [ "$mode" = all ] || [ "$mode" = tests ]; then
   rm -rf "$logs" && mkdir -p "$logs"
   # One test binary per process slot; each binary's own gtest cases run in
   # order. A report aborts the binary (abort_on_error), failing it.
+  run_test() {
+    local t="$1" t0 rc=0
+    t0=$(date +%s)
+    STRATA_SOURCE_DIR="$root" STRATA_BINARY_DIR="$out" "$out/tests/$t" ${test_args[$t]:-} >"$logs/$t.log" 2>&1 || rc=$?
+    echo "$t: $([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)") ($(( $(date +%s) - t0 )) s)"
+    return $rc
+  }
   status=ok
-  if ! printf '%s\n' "${unit_tests[@]}" | \
-       STRATA_SOURCE_DIR="$root" STRATA_BINARY_DIR="$out" xargs -P "$jobs" -I{} \
-       sh -c 'start=$(date +%s); if "$0"/tests/{} >"$1"/{}.log 2>&1; then r=ok; else r=FAILED; fi;
-              echo "{}: $r ($(( $(date +%s) - start )) s)"; [ $r = ok ]' "$out" "$logs"; then
-    status=FAILED
-    for t in "${unit_tests[@]}"; do
-      if ! grep -q "^\[  PASSED  \]" "$logs/$t.log" || grep -q "FAILED\|ERROR: AddressSanitizer\|runtime error:" "$logs/$t.log"; then
-        echo "--- $t (last 120 lines of $logs/$t.log)"; tail -n 120 "$logs/$t.log"
-      fi
-    done
-    failed=1
-  fi
+  for t in "${unit_tests[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+    run_test "$t" > "$logs/$t.result" &
+  done
+  wait
+  for t in "${unit_tests[@]}"; do
+    if ! grep -q "^$t: ok" "$logs/$t.result"; then
+      status=FAILED
+      failed=1
+      echo "--- $t (last 120 lines of $logs/$t.log)"
+      tail -n 120 "$logs/$t.log"
+    fi
+    cat "$logs/$t.result"
+  done
   record "asan+ubsan tests (${unit_tests[*]})" "$status"
 fi
 
