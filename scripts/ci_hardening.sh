@@ -58,7 +58,7 @@ if [ "$mode" = all ] || [ "$mode" = build ]; then
   cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
         -DCMAKE_C_FLAGS_DEBUG="-O1 -gline-tables-only" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
         -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSTRATA_FUZZ=ON -DSTRATA_WERROR=ON \
-        -DSTRATA_BUILD_BENCH=OFF -DSTRATA_ENABLE_CUDA=OFF -DSTRATA_PYTHON= >/dev/null
+        -DSTRATA_BUILD_BENCH=ON -DSTRATA_ENABLE_CUDA=OFF -DSTRATA_PYTHON= >/dev/null
   cmake --build "$out" -j "$jobs" --target "${fuzzers[@]}" "${unit_tests[@]}" stratad strata-test-rank
   record "build (${#fuzzers[@]} fuzzers, ${#unit_tests[@]} tests)" ok
 fi
