@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "daemon/daemon_config.h"
@@ -21,6 +22,11 @@ const std::string& ConfigPath() {
   static const std::string* path = [] {
     char dir[] = "/tmp/strata-config-fuzz-XXXXXX";
     if (mkdtemp(dir) == nullptr) std::abort();
+    static std::string* removed_at_exit = new std::string(dir);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(*removed_at_exit, ec);
+    });
     return new std::string(std::string(dir) + "/stratad.conf");
   }();
   return *path;

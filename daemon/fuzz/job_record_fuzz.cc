@@ -64,6 +64,13 @@ World* MakeWorld() {
   char dir[] = "/tmp/strata-record-fuzz-XXXXXX";
   if (mkdtemp(dir) == nullptr) Fail("mkdtemp");
   w->dir = dir;
+  // The directory (NVMe files of tens of MiB) goes when the run ends; a
+  // crash leaves it for the post-mortem.
+  static std::string* removed_at_exit = new std::string(w->dir);
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(*removed_at_exit, ec);
+  });
   std::filesystem::create_directories(w->dir + "/nvme");
   std::filesystem::create_directories(w->dir + "/ckpt");
   CpuOptimizerOptions opt;

@@ -59,6 +59,13 @@ World* MakeWorld() {
   char dir[] = "/tmp/strata-rpc-fuzz-XXXXXX";
   if (mkdtemp(dir) == nullptr) Fail("mkdtemp");
   w->dir = dir;
+  // The directory (NVMe files of tens of MiB) goes when the run ends; a
+  // crash leaves it for the post-mortem.
+  static std::string* removed_at_exit = new std::string(w->dir);
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(*removed_at_exit, ec);
+  });
   strata::v1::DaemonConfig config;
   config.set_socket_path(w->dir + "/s.sock");
   config.add_nvme_paths(w->dir + "/nvme");
