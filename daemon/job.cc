@@ -258,8 +258,10 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
     param_cache_ = std::make_unique<ParamCache>(
         id_, settings_.world_size, services_.nvme,
         [this](uint32_t r, uint32_t index) {
-          const ExchangeSlot& slot = ranks_[r].slots[index];
-          return ParamCache::ShardRef{ranks_[r].exchange.data() + slot.param_offset,
+          absl::MutexLock lock(&region_mu_);
+          const PublishedRank& rank = published_[r];
+          const ExchangeSlot& slot = rank.slots[index];
+          return ParamCache::ShardRef{rank.base + slot.param_offset,
                                       RoundUp(slot.layout.padded_numel * DTypeSize(settings_.param_dtype), kPage)};
         },
         budget, /*lookahead=*/4, workers_);
@@ -329,6 +331,11 @@ absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, b
   }
   ComputeGroupRunsLocked(rank);
   rank.built = true;
+  {
+    absl::MutexLock lock(&region_mu_);
+    if (published_.size() < ranks_.size()) published_.resize(ranks_.size());
+    published_[r] = PublishedRank{rank.exchange.data(), rank.slots};
+  }
   return absl::OkStatus();
 }
 
@@ -591,6 +598,10 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
       supplied_partitions_.clear();
       owned_.clear();
       ranks_.clear();
+      {
+        absl::MutexLock regions(&region_mu_);
+        published_.clear();
+      }
       states_.reset();
       pinned_reservation_ = PinnedBudget::Reservation();
       return s;
@@ -671,11 +682,13 @@ uint64_t Job::ExchangeBytesOf(uint32_t rank) const {
 }
 
 std::byte* Job::GradSlot(uint32_t rank, const ExchangeSlot& slot) const {
-  return ranks_[rank].exchange.data() + slot.grad_offset;
+  absl::MutexLock lock(&region_mu_);
+  return published_[rank].base + slot.grad_offset;
 }
 
 std::byte* Job::ParamSlot(uint32_t rank, const ExchangeSlot& slot) const {
-  return ranks_[rank].exchange.data() + slot.param_offset;
+  absl::MutexLock lock(&region_mu_);
+  return published_[rank].base + slot.param_offset;
 }
 
 absl::Status Job::InitParams(uint32_t rank) {
@@ -1010,6 +1023,7 @@ void Job::RunStep() {
   bool overflow = false;
   double squared = 0;
   double scale;
+  bool scaler_enabled = false;
   uint64_t step;
   int64_t optimizer_step;
   std::vector<std::vector<ExchangeSlot>> slots;
@@ -1021,6 +1035,7 @@ void Job::RunStep() {
     overflow = stats.overflow;
     squared = stats.squared_norm;
     scale = scaler_.scale();
+    scaler_enabled = scaler_.enabled();
     step = next_step_;
     optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
     for (const RankState& r : ranks_) slots.push_back(r.slots);
@@ -1028,7 +1043,7 @@ void Job::RunStep() {
   }
   // Norms are of the scaled gradients; unscale before clipping, as DeepSpeed does.
   const double norm = std::sqrt(squared) / scale;
-  const bool skip = overflow && scaler_.enabled();
+  const bool skip = overflow && scaler_enabled;
   absl::Status status;
   if (!skip) {
     double clip = 1.0;

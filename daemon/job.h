@@ -331,6 +331,17 @@ class Job {
   absl::CondVar changed_;
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
+  // Where each built rank's slots are, for code that reaches them without
+  // mu_: the step's workers (GradSlot, ParamSlot) and the ParamCache's
+  // Locate, which also runs under mu_ (LoadFrom's StoreHome), so it cannot
+  // take mu_. BuildRankLocked publishes a rank once; region_mu_ is a leaf
+  // lock, never held while taking another.
+  struct PublishedRank {
+    std::byte* base = nullptr;
+    std::vector<ExchangeSlot> slots;
+  };
+  mutable absl::Mutex region_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<PublishedRank> published_ ABSL_GUARDED_BY(region_mu_);
   uint64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;  // the step GradReady fills
   uint64_t grads_missing_ ABSL_GUARDED_BY(mu_) = 0;
   bool step_queued_ ABSL_GUARDED_BY(mu_) = false;

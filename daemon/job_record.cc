@@ -1,10 +1,66 @@
 #include "daemon/job_record.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
 namespace strata {
+namespace {
+
+// A record nests four levels (partitions: ranks, shards, ranges, a range);
+// settings hold a DeepSpeed config as a string. Deeper input is refused
+// before anything recursive (dump, the protobuf JSON reader) sees it.
+constexpr int kMaxRecordDepth = 32;
+
+// The deepest [ / { nesting of `text`, outside strings; stops counting past `cap`.
+int NestingDepth(const std::string& text, int cap) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > cap) return deepest;
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// A field that is not a whole number in range: nlohmann's get<> would cast a
+// float (1e300, UB) or wrap a negative or too-large number silently.
+struct FieldError {
+  std::string message;
+};
+
+template <typename T>
+T Whole(const nlohmann::json& value, const char* field) {
+  if (value.is_number_unsigned()) {
+    const uint64_t v = value.get<uint64_t>();
+    if (v <= std::numeric_limits<T>::max()) return static_cast<T>(v);
+  } else if (value.is_number_integer()) {
+    const int64_t v = value.get<int64_t>();
+    if (v >= 0 && static_cast<uint64_t>(v) <= std::numeric_limits<T>::max()) return static_cast<T>(v);
+  }
+  throw FieldError{absl::StrCat(field, " is ", value.dump().substr(0, 64), "; expected a whole number in 0..",
+                                std::numeric_limits<T>::max())};
+}
+
+double Real(const nlohmann::json& value, const char* field) {
+  if (!value.is_number()) throw FieldError{absl::StrCat(field, " is not a number")};
+  return value.get<double>();
+}
+
+}  // namespace
 
 std::string SerializeJobRecord(const JobRecord& record, const std::string& format) {
   nlohmann::json r;
@@ -58,6 +114,9 @@ std::string SerializeJobRecord(const JobRecord& record, const std::string& forma
 
 absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::string& what,
                                          const std::string& format) {
+  if (NestingDepth(text, kMaxRecordDepth) > kMaxRecordDepth) {
+    return absl::DataLossError(absl::StrCat(what, " nests deeper than ", kMaxRecordDepth, " levels"));
+  }
   nlohmann::json r = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (r.is_discarded() || !r.is_object()) return absl::DataLossError(absl::StrCat(what, " is not valid JSON"));
   if (!format.empty() && r.value("format", "") != format) {
@@ -71,19 +130,19 @@ absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::str
     }
     for (const auto& t : r.at("tensors")) {
       record.tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(record.tensors.size())),
-                                          t.at("name").get<std::string>(), t.at("numel").get<uint64_t>()});
+                                          t.at("name").get<std::string>(), Whole<uint64_t>(t.at("numel"), "numel")});
       // Records written before param groups existed have no "group".
-      record.groups.push_back(t.value("group", 0u));
+      record.groups.push_back(t.contains("group") ? Whole<uint32_t>(t.at("group"), "group") : 0u);
     }
     if (r.contains("group_hyperparams")) {
       for (const auto& g : r.at("group_hyperparams")) {
         strata::v1::GroupHyperparams hp;
-        hp.set_lr(g.at("lr").get<double>());
-        hp.set_beta1(g.at("beta1").get<double>());
-        hp.set_beta2(g.at("beta2").get<double>());
-        hp.set_eps(g.at("eps").get<double>());
-        hp.set_weight_decay(g.at("weight_decay").get<double>());
-        hp.set_lr_decay(g.at("lr_decay").get<double>());
+        hp.set_lr(Real(g.at("lr"), "lr"));
+        hp.set_beta1(Real(g.at("beta1"), "beta1"));
+        hp.set_beta2(Real(g.at("beta2"), "beta2"));
+        hp.set_eps(Real(g.at("eps"), "eps"));
+        hp.set_weight_decay(Real(g.at("weight_decay"), "weight_decay"));
+        hp.set_lr_decay(Real(g.at("lr_decay"), "lr_decay"));
         record.group_hyperparams.push_back(hp);
       }
     }
@@ -92,29 +151,34 @@ absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::str
         std::vector<ShardLayout> shards;
         for (const auto& s : rank) {
           ShardLayout shard;
-          shard.index = s.at("index").get<uint32_t>();
-          shard.padded_numel = s.at("padded_numel").get<uint64_t>();
+          shard.index = Whole<uint32_t>(s.at("index"), "index");
+          shard.padded_numel = Whole<uint64_t>(s.at("padded_numel"), "padded_numel");
           for (const auto& o : s.at("ranges")) {
-            shard.ranges.push_back(OwnedRange{TensorId(o.at(0).get<uint32_t>()), o.at(1).get<uint64_t>(),
-                                              o.at(2).get<uint64_t>(), o.at(3).get<uint64_t>()});
+            shard.ranges.push_back(OwnedRange{TensorId(Whole<uint32_t>(o.at(0), "range tensor")),
+                                              Whole<uint64_t>(o.at(1), "range tensor_offset"),
+                                              Whole<uint64_t>(o.at(2), "range numel"),
+                                              Whole<uint64_t>(o.at(3), "range shard_offset")});
           }
           shards.push_back(std::move(shard));
         }
         record.partitions.push_back(std::move(shards));
       }
     }
-    record.next_step = r.at("next_step").get<uint64_t>();
-    record.optimizer_steps = r.at("optimizer_steps").get<uint64_t>();
-    if (r.contains("owner_uid")) record.owner_uid = r.at("owner_uid").get<uint32_t>();
+    record.next_step = Whole<uint64_t>(r.at("next_step"), "next_step");
+    record.optimizer_steps = Whole<uint64_t>(r.at("optimizer_steps"), "optimizer_steps");
+    if (r.contains("owner_uid")) record.owner_uid = Whole<uint32_t>(r.at("owner_uid"), "owner_uid");
     const auto& ls = r.at("loss_scaler");
-    record.loss_scaler.scale = ls.at("scale").get<double>();
-    record.loss_scaler.hysteresis_left = ls.at("hysteresis_left").get<uint32_t>();
-    record.loss_scaler.iteration = ls.at("iteration").get<uint64_t>();
-    record.loss_scaler.last_overflow_iteration = ls.at("last_overflow_iteration").get<uint64_t>();
+    record.loss_scaler.scale = Real(ls.at("scale"), "loss_scaler.scale");
+    record.loss_scaler.hysteresis_left = Whole<uint32_t>(ls.at("hysteresis_left"), "loss_scaler.hysteresis_left");
+    record.loss_scaler.iteration = Whole<uint64_t>(ls.at("iteration"), "loss_scaler.iteration");
+    record.loss_scaler.last_overflow_iteration =
+        Whole<uint64_t>(ls.at("last_overflow_iteration"), "loss_scaler.last_overflow_iteration");
     record.loss_scaler.any_overflow = ls.at("any_overflow").get<bool>();
     return record;
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(what, " is malformed: ", e.what()));
+  } catch (const FieldError& e) {
+    return absl::DataLossError(absl::StrCat(what, " is malformed: ", e.message));
   }
 }
 

@@ -14,3 +14,4 @@ $SUDO apt-get install -y -q --no-install-recommends \
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev \
   fio python3 python3-torch python3-numpy
 $SUDO apt-get install -y -q --no-install-recommends pybind11-dev python3-dev  # python/: the strata package's extension
+$SUDO apt-get install -y -q --no-install-recommends libclang-rt-14-dev  # scripts/ci_hardening.sh: the ASan/UBSan/libFuzzer runtimes
