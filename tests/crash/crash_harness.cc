@@ -39,6 +39,7 @@
 #include "absl/time/clock.h"
 #include "client/strata_client.h"
 #include "tests/infinity_job.h"
+#include "tests/reference_model.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 
 namespace strata {
@@ -49,96 +50,12 @@ constexpr uint64_t kUnit = 64 << 10;  // the extent store's allocation unit
 // extents, plus the job record; every piece of this model fits one unit.
 constexpr uint64_t kJobNvmeBytes = (2 * 3 * 4 + 1) * kUnit;
 
-std::vector<TensorDesc> Model() { return {{"w1", 5000}, {"b1", 37}, {"w2", 12000}}; }
-float InitialParam(uint32_t t, uint64_t e, uint64_t seed) { return std::sin(0.001f * (e + 1) + t + 0.1f * seed); }
-float Grad(uint32_t t, uint64_t e, uint64_t step, uint64_t seed) {
-  return std::cos(0.01f * e + t + 0.5f * step + 0.3f * seed) * 0.1f;
-}
+using namespace ::strata::reference;  // the model, its reference and the checkpoint check
 
-
-// Whole tensors after `steps` steps of the local optimizer.
-struct Reference {
-  std::vector<std::vector<float>> p, m, v;
-};
-
-Reference LocalReference(uint64_t seed, uint64_t steps) {
+// The optimizer the reference steps with (one per process: a test binary).
+CpuOptimizer* ReferenceOptimizer() {
   static std::unique_ptr<CpuOptimizer> opt = *CpuOptimizer::Create({});
-  OptimizerHyperparams hp;
-  hp.kind = OptimizerKind::kAdamW;
-  hp.lr = 0.01;
-  hp.weight_decay = 0.1;
-  Reference ref;
-  const std::vector<TensorDesc> model = Model();
-  for (uint32_t t = 0; t < model.size(); ++t) {
-    const uint64_t n = model[t].numel;
-    std::vector<float> p(n), m(n, 0), v(n, 0), g(n);
-    for (uint64_t e = 0; e < n; ++e) p[e] = InitialParam(t, e, seed);
-    for (uint64_t step = 0; step < steps; ++step) {
-      for (uint64_t e = 0; e < n; ++e) g[e] = Grad(t, e, step, seed);
-      StepSpans spans;
-      spans.size = n;
-      spans.params = p.data();
-      spans.exp_avg = m.data();
-      spans.exp_avg_sq = v.data();
-      spans.grad = g.data();
-      if (!opt->Step(hp, static_cast<int64_t>(step + 1), spans).ok()) std::abort();
-    }
-    ref.p.push_back(std::move(p));
-    ref.m.push_back(std::move(m));
-    ref.v.push_back(std::move(v));
-  }
-  return ref;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// The shard layouts of the model (the same for every job), per rank.
-using Layouts = std::vector<std::vector<ShardView>>;
-
-// Compares a checkpoint directory with the reference; "" when equal.
-std::string CheckCheckpoint(const std::string& dir, const Layouts& layouts, uint64_t seed, uint64_t* step_out) {
-  const std::string manifest = ReadFile(dir + "/manifest.json");
-  const size_t at = manifest.find("\"next_step\"");
-  if (at == std::string::npos) return absl::StrCat(dir, ": manifest.json has no next_step");
-  size_t p = manifest.find(':', at) + 1;
-  while (p < manifest.size() && manifest[p] == ' ') ++p;
-  size_t q = p;
-  while (q < manifest.size() && std::isdigit(static_cast<unsigned char>(manifest[q]))) ++q;
-  uint64_t step = 0;
-  if (!absl::SimpleAtoi(manifest.substr(p, q - p), &step)) return absl::StrCat(dir, ": bad next_step");
-  *step_out = step;
-  const Reference ref = LocalReference(seed, step);
-  for (uint32_t r = 0; r < layouts.size(); ++r) {
-    for (const ShardView& shard : layouts[r]) {
-      const std::string file = absl::StrCat(dir, "/rank", r, "-shard", shard.index, ".bin");
-      const std::string bytes = ReadFile(file);
-      if (bytes.size() != shard.padded_numel * 4 * 4) {
-        return absl::StrCat(file, " holds ", bytes.size(), " bytes, expected ", shard.padded_numel * 16);
-      }
-      const float* f = reinterpret_cast<const float*>(bytes.data());
-      const char* names[] = {"master", "exp_avg", "exp_avg_sq", "param"};
-      for (int s = 0; s < 4; ++s) {
-        const std::vector<std::vector<float>>& want = s == 1 ? ref.m : s == 2 ? ref.v : ref.p;
-        for (const OwnedRange& range : shard.ranges) {
-          for (uint64_t e = 0; e < range.numel; ++e) {
-            const float got = f[s * shard.padded_numel + range.shard_offset + e];
-            const float exp = want[range.tensor.value()][range.tensor_offset + e];
-            if (std::memcmp(&got, &exp, 4) != 0) {
-              return absl::StrCat(file, ": ", names[s], " of tensor ", range.tensor.value(), " element ",
-                                  range.tensor_offset + e, " is ", got, ", the reference at step ", step, " has ",
-                                  exp);
-            }
-          }
-        }
-      }
-    }
-  }
-  return "";
+  return opt.get();
 }
 
 // What the harness knows about one job name across rounds.
@@ -260,7 +177,7 @@ class Harness {
       }
       if (layouts_.empty()) return "a job exists but the harness never saw its layout";
       uint64_t at = 0;
-      if (std::string e = CheckCheckpoint(ckpt, layouts_, t.seed, &at); !e.empty()) {
+      if (std::string e = CheckCheckpoint(ReferenceOptimizer(), ckpt, layouts_, t.seed, &at); !e.empty()) {
         return absl::StrCat("restored job ", t.name, " (seed ", t.seed, ") differs from its reference: ", e);
       }
       if (static_cast<int64_t>(at) != step) return absl::StrCat("checkpoint of ", t.name, " says step ", at);
@@ -279,7 +196,7 @@ class Harness {
         uint64_t seed = 0, at = 0;
         std::vector<std::string> parts = absl::StrSplit(name, '-');
         if (parts.size() < 3 || !absl::SimpleAtoi(parts[1], &seed)) return absl::StrCat("odd checkpoint ", name);
-        if (std::string e = CheckCheckpoint(entry.path(), layouts_, seed, &at); !e.empty()) {
+        if (std::string e = CheckCheckpoint(ReferenceOptimizer(), entry.path(), layouts_, seed, &at); !e.empty()) {
           return absl::StrCat("saved checkpoint differs from its reference: ", e);
         }
         ++checkpoints_verified_;

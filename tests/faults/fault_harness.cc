@@ -43,11 +43,13 @@
 #include "absl/time/clock.h"
 #include "client/strata_client.h"
 #include "optimizer_cpu/cpu_optimizer.h"
-#include "tests/faults/reference_model.h"
 #include "tests/infinity_job.h"
+#include "tests/reference_model.h"
 
 namespace strata::faults {
 namespace {
+
+using namespace ::strata::reference;  // the model, its reference and the checkpoint check
 
 constexpr uint64_t kWarmSteps = 2;
 

@@ -1,9 +1,8 @@
-// The fault harness's model and its reference: three tensors stepped by the
-// CPU optimizer locally, and the check that a checkpoint directory of a
-// strata job equals that reference at its step, bit for bit. (The crash
-// harness, tests/crash/, keeps its own copy of the same definitions.)
-#ifndef STRATA_TESTS_FAULTS_REFERENCE_MODEL_H_
-#define STRATA_TESTS_FAULTS_REFERENCE_MODEL_H_
+// The crash and fault harnesses' model and its reference: three tensors
+// stepped by the CPU optimizer locally, and the check that a checkpoint
+// directory of a strata job equals that reference at its step, bit for bit.
+#ifndef STRATA_TESTS_REFERENCE_MODEL_H_
+#define STRATA_TESTS_REFERENCE_MODEL_H_
 
 #include <cctype>
 #include <cmath>
@@ -20,7 +19,7 @@
 #include "client/strata_client.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 
-namespace strata::faults {
+namespace strata::reference {
 
 inline std::vector<TensorDesc> Model() { return {{"w1", 5000}, {"b1", 37}, {"w2", 12000}}; }
 inline float InitialParam(uint32_t t, uint64_t e, uint64_t seed) {
@@ -116,6 +115,6 @@ inline std::string CheckCheckpoint(CpuOptimizer* opt, const std::string& dir, co
   return "";
 }
 
-}  // namespace strata::faults
+}  // namespace strata::reference
 
-#endif  // STRATA_TESTS_FAULTS_REFERENCE_MODEL_H_
+#endif  // STRATA_TESTS_REFERENCE_MODEL_H_
