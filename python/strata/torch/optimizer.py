@@ -381,6 +381,16 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self._begun = None
 
     def _gather_params(self):
+        if not self._comm.distributed:
+            # One rank owns every element: copy its slots straight into the params
+            # (no packed buffer, no second copy; strata bench train, docs/PYTHON.md).
+            for t, p in enumerate(self._params):
+                if not p.data.is_contiguous():
+                    raise StrataError(f"param {t} is not contiguous", "FAILED_PRECONDITION")
+            for shard in self._shards:
+                for (t, t_off, n, s_off) in shard["ranges"]:
+                    self._params[t].data.view(-1)[t_off:t_off + n].copy_(shard["param"][s_off:s_off + n])
+            return
         pack = torch.zeros(self._pack_numel, dtype=self._dtype)
         pos = 0
         for s, shard in enumerate(self._shards):
