@@ -490,7 +490,9 @@ std::vector<OptimizerHyperparams> Job::HyperparamsLocked() const {
 absl::Status Job::BeginStep(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups) {
   absl::MutexLock lock(&mu_);
   if (!registered_) return absl::FailedPreconditionError("BeginStep before RegisterTensors");
-  if (step < next_step_) {
+  // The step just applied, begun again (a re-attached rank repeating it):
+  // the same values are a duplicate, checked below like another rank's copy.
+  if (step < next_step_ && !(step + 1 == next_step_ && group_hp_step_ == step)) {
     return absl::FailedPreconditionError(
         absl::StrCat("BeginStep for step ", step, ", which was already applied; the job is at step ", next_step_));
   }
@@ -754,6 +756,15 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     }
   }
   if (!worker_error_.ok()) return worker_error_;
+  // A re-sent signal of a step that has every gradient -- the step just
+  // applied, or the one whose optimizer step is running -- is a duplicate:
+  // the shard was counted, so it changes nothing and WaitStep reports the
+  // step's outcome. Ranks that re-attach after a crash re-send the step they
+  // were in, and a doorbell entry can be drained after the other ranks'
+  // signals completed the step; neither is an error.
+  if (step + 1 == next_step_ || (step == next_step_ && step_queued_ && r.grad_ready[index])) {
+    return absl::OkStatus();
+  }
   if (step < next_step_) {
     return absl::FailedPreconditionError(
         absl::StrCat("step ", step, " was already applied; the job is at step ", next_step_));

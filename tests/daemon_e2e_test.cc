@@ -115,6 +115,12 @@ void RunOffloadJob(StrataClient& client, const std::string& name, int steps,
       EXPECT_FALSE(result->skipped);
       EXPECT_EQ(result->optimizer_steps, static_cast<uint64_t>(step + 1));
     }
+    // A signal of the step just applied, sent again (ranks re-attached after a
+    // crash repeat the step they were in), is a duplicate; older ones fail.
+    EXPECT_TRUE(ranks[1].session->GradReady(0, step).ok());
+    if (step > 0) {
+      EXPECT_EQ(ranks[1].session->GradReady(0, step - 1).code(), absl::StatusCode::kFailedPrecondition);
+    }
   }
   const std::vector<std::vector<float>> expected = LocalReference(steps);
   std::vector<TensorDesc> model = Model();
