@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -42,6 +43,9 @@ struct StrataClient::Connection {
 namespace {
 
 absl::StatusOr<DType> DTypeOrError(const std::string& text) { return ParseDType(text); }
+
+// How long WaitStep waits on the doorbell before it asks gRPC (see WaitStep).
+constexpr absl::Duration kDoorbellPatience = absl::Milliseconds(200);
 
 }  // namespace
 
@@ -469,16 +473,20 @@ absl::Status RankSession::WriteGrad(uint32_t index, const void* src, uint64_t by
 
 absl::StatusOr<StepResult> RankSession::WaitStep(uint64_t step) {
   State& st = *state_;
-  // The doorbell answers for the open step; otherwise (closed, failed, a
-  // step it does not describe, its wait ran out) gRPC answers, with the
-  // exact error. After a doorbell wait that ran out the gRPC wait is short.
-  absl::Duration grpc_timeout = st.connection->options.step_timeout;
+  // The doorbell answers for the open step when the step is done within
+  // kDoorbellPatience -- the waits whose latency matters. Otherwise (closed,
+  // failed, a step it does not describe, a longer step) gRPC answers, with
+  // the exact error: a daemon that died is noticed at once there, where
+  // nothing would ever wake the futex (the crash harness's trainers waited out
+  // the whole step timeout after each kill -9).
+  const absl::Duration step_timeout = st.connection->options.step_timeout;
+  absl::Duration grpc_timeout = step_timeout;
   if (st.doorbell != nullptr) {
     const absl::Time start = absl::Now();
     STRATA_ASSIGN_OR_RETURN(std::optional<DoorbellStepOutcome> done,
-                            st.doorbell->WaitStep(step, st.connection->options.step_timeout));
+                            st.doorbell->WaitStep(step, std::min(step_timeout, kDoorbellPatience)));
     if (done.has_value()) return StepResult{done->skipped, done->loss_scale, done->grad_norm, done->optimizer_steps};
-    if (absl::Now() - start >= st.connection->options.step_timeout) grpc_timeout = absl::Seconds(2);
+    grpc_timeout = std::max(step_timeout - (absl::Now() - start), absl::Seconds(1));
   }
   strata::v1::WaitStepRequest request;
   request.set_step(step);
