@@ -119,8 +119,13 @@ absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::str
   }
   nlohmann::json r = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (r.is_discarded() || !r.is_object()) return absl::DataLossError(absl::StrCat(what, " is not valid JSON"));
-  if (!format.empty() && r.value("format", "") != format) {
-    return absl::DataLossError(absl::StrCat(what, " is not a ", format, " record"));
+  if (!format.empty()) {
+    // Checked by type first: nlohmann's value() throws when "format" is there
+    // but not a string (the record fuzzer's find; outside the try below).
+    const auto it = r.find("format");
+    if (it == r.end() || !it->is_string() || it->get<std::string>() != format) {
+      return absl::DataLossError(absl::StrCat(what, " is not a ", format, " record"));
+    }
   }
   // nlohmann reports missing or mistyped fields by exception; it stays here.
   try {

@@ -49,5 +49,18 @@ TEST(JobRecordTest, RefusesDeepNestingWithoutRecursing) {
                              "rec").ok());
 }
 
+// The fuzzer's find in CI: a "format" that is not a string made nlohmann
+// throw outside the parser's try (the daemon would abort on such a record).
+TEST(JobRecordTest, AFormatThatIsNotAStringIsRefused) {
+  for (const std::string format : {R"({"name": "inf"})", "[1]", "7", "null", "true"}) {
+    auto r = ParseJobRecord(Record("1").insert(1, absl::StrCat(R"("format": )", format, ", ")), "the record", "fmt");
+    ASSERT_FALSE(r.ok()) << format;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+    EXPECT_NE(r.status().message().find("is not a fmt record"), std::string::npos) << r.status();
+  }
+  auto wrong = ParseJobRecord(Record("1").insert(1, R"("format": "other", )"), "the record", "fmt");
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace strata
