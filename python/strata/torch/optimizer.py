@@ -321,6 +321,15 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self._begun = [self._group_hparams(g) for g in self.param_groups]
         self._session.begin_step(self._step_index, self._begun)
 
+    def _check_hparams_unchanged(self):
+        """Refuses a step whose groups' hyperparameters changed after its BeginStep went out."""
+        now = [self._group_hparams(g) for g in self.param_groups]
+        if self._begun is not None and now != self._begun:
+            raise StrataError(
+                "the param groups' hyperparameters changed between backward and step(): the gradients of this "
+                "step already went to stratad with the earlier values. Step the LR scheduler after "
+                "optimizer.step().", "FAILED_PRECONDITION")
+
     # ----- torch.optim.Optimizer ---------------------------------------------------------------
 
     @torch.no_grad()
@@ -329,12 +338,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        now = [self._group_hparams(g) for g in self.param_groups]
-        if self._begun is not None and now != self._begun:
-            raise StrataError(
-                "the param groups' hyperparameters changed between backward and step(): the gradients of this "
-                "step already went to stratad with the earlier values. Step the LR scheduler after "
-                "optimizer.step().", "FAILED_PRECONDITION")
+        self._check_hparams_unchanged()
         # Whatever backward did not hand off yet (DDP, unused params, fewer
         # backward passes than gradient_accumulation_steps) goes now, in order.
         while self._next_bucket < len(self._buckets):

@@ -370,11 +370,9 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                 self._session.grad_ready(t, self._step_index)
                 self._ready.add(t)
 
-    def _begin_step(self):
-        if self._begun is not None:
-            return
-        self._begun = [self._group_hparams(g) for g in self.param_groups]
-        self._session.begin_step(self._step_index, self._begun)
+    # Per-step hyperparameters travel exactly as in the offload optimizer.
+    _begin_step = offload._OffloadOptimizer._begin_step
+    _check_hparams_unchanged = offload._OffloadOptimizer._check_hparams_unchanged
 
     # ----- torch.optim.Optimizer -----------------------------------------------------------------
 
@@ -384,12 +382,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        now = [self._group_hparams(g) for g in self.param_groups]
-        if self._begun is not None and now != self._begun:
-            raise StrataError(
-                "the param groups' hyperparameters changed between backward and step(): the gradients of this "
-                "step already went to stratad with the earlier values. Step the LR scheduler after "
-                "optimizer.step().", "FAILED_PRECONDITION")
+        self._check_hparams_unchanged()
         self._complete(wait=True)
         self._begin_step()
         for t in range(len(self._params)):
