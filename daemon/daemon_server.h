@@ -26,8 +26,10 @@
 #include "core/unix_socket.h"
 #include "daemon/caller.h"
 #include "daemon/daemon_config.h"
+#include "daemon/fd_handoff.h"
 #include "daemon/job_registry.h"
 #include "daemon/metrics_server.h"
+#include "daemon/nvme_tier_setup.h"
 #include "daemon/pinned_budget.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tiers/transfer_executor.h"
@@ -41,15 +43,6 @@ namespace strata {
 class IoEngine;
 class ExtentStore;
 class StrataService;
-
-class IoResultHook;
-
-// Test seam for the test-only `stratad-faults` (tests/faults/): what wraps
-// the NVMe tier's I/O engines. stratad itself never sets it.
-struct IoEngineDecorator {
-  IoResultHook* result_hook = nullptr;  // IoEngineOptions::result_hook of every engine
-  std::function<std::unique_ptr<IoEngine>(std::unique_ptr<IoEngine>)> wrap;  // each engine, once
-};
 
 class DaemonServer {
  public:
@@ -73,27 +66,19 @@ class DaemonServer {
 
  private:
   DaemonServer(const DaemonSettings& settings, Logger log);
-  void AcceptLoop(int listen_fd, bool grpc_socket);
-  void ServeFdRequest(UniqueFd connection);
-  // Serves one fd-socket hand-off on its own short-lived thread, so a client
-  // that connects and says nothing (each waits at most 5 s) cannot hold up
-  // other ranks' hand-offs; at most kMaxFdHandoffs at once.
-  void StartFdHandoff(UniqueFd connection);
+  // Accepts gRPC connections on the Unix socket after checking the peer.
+  void AcceptLoop();
   // The peer's credentials when it may use the daemon; nullopt (logged) if not.
   std::optional<PeerCredentials> PeerAllowed(int fd);
   void ExpiryLoop();
-  std::string RenderMetrics() const;
 
   const DaemonSettings settings_;
   Logger log_;
   std::vector<std::string> choices_;
   RealClock clock_;
   std::unique_ptr<CpuOptimizer> optimizer_;
-  std::unique_ptr<IoEngine> engine_;
-  // More I/O lanes for the extent store (engines are one-thread-at-a-time):
-  // several jobs' loads and saves run at once.
-  std::vector<std::unique_ptr<IoEngine>> lane_engines_;
-  std::unique_ptr<ExtentStore> nvme_;
+  NvmeTierParts nvme_parts_;      // empty without --nvme_path
+  ExtentStore* nvme_ = nullptr;  // nvme_parts_.store, or null
   // Hardening (docs/SECURITY.md): who calls, and the pinned memory budget.
   // Declared before the registry: jobs give their pinned reservation back
   // when destroyed, so the budget must outlive them.
@@ -111,20 +96,14 @@ class DaemonServer {
   std::unique_ptr<StrataService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsServer> metrics_;
+  // The <socket>.fd hand-offs; declared after the registry it borrows.
+  std::unique_ptr<FdHandoffServer> fd_handoff_;
   UniqueFd grpc_listener_;
-  UniqueFd fd_listener_;
   std::string fd_socket_path_;
   gid_t allowed_gid_ = static_cast<gid_t>(-1);
   std::atomic<bool> stopping_{false};
   std::atomic<bool> drain_requested_{false};
   std::vector<std::thread> threads_;
-  // Hand-offs in flight; shared with their threads, so a thread's last
-  // unlock never touches a destroyed mutex.
-  struct FdHandoffs {
-    absl::Mutex mu;
-    int in_flight ABSL_GUARDED_BY(mu) = 0;
-  };
-  std::shared_ptr<FdHandoffs> handoffs_ = std::make_shared<FdHandoffs>();
 };
 
 }  // namespace strata

@@ -1,0 +1,89 @@
+#include "daemon/daemon_stats.h"
+
+#include <functional>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/job.h"
+
+namespace strata {
+
+std::vector<strata::v1::TierStats> CollectTierStats(const ExtentStore* nvme, const PinnedBudget& pinned) {
+  std::vector<strata::v1::TierStats> tiers;
+  if (nvme != nullptr) {
+    const ExtentStoreStats s = nvme->Stats();
+    strata::v1::TierStats t;
+    t.set_tier("nvme");
+    t.set_capacity_bytes(s.capacity_bytes);
+    t.set_used_bytes(s.used_bytes);
+    tiers.push_back(t);
+  }
+  // What jobs reserved of --pinned_capacity (regions, host states, NVMe
+  // staging); back to 0 when every job is gone.
+  strata::v1::TierStats p;
+  p.set_tier("pinned");
+  p.set_capacity_bytes(pinned.capacity());
+  p.set_used_bytes(pinned.used());
+  tiers.push_back(p);
+  return tiers;
+}
+
+std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, const PinnedBudget& pinned) {
+  std::string out;
+  auto metric = [&out](const std::string& name, const std::string& help, const std::string& type) {
+    absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+  };
+  const std::vector<strata::v1::TierStats> tiers = CollectTierStats(nvme, pinned);
+  metric("strata_tier_capacity_bytes", "Capacity of a tier (pinned: --pinned_capacity, 0 = unlimited).", "gauge");
+  for (const auto& t : tiers) absl::StrAppend(&out, "strata_tier_capacity_bytes{tier=\"", t.tier(), "\"} ", t.capacity_bytes(), "\n");
+  metric("strata_tier_used_bytes", "Bytes in use in a tier.", "gauge");
+  for (const auto& t : tiers) absl::StrAppend(&out, "strata_tier_used_bytes{tier=\"", t.tier(), "\"} ", t.used_bytes(), "\n");
+  if (nvme != nullptr) {
+    metric("strata_tier_free_bytes", "Free bytes in a tier.", "gauge");
+    absl::StrAppend(&out, "strata_tier_free_bytes{tier=\"nvme\"} ", nvme->Stats().free_bytes, "\n");
+  }
+  const auto jobs = registry.Jobs();
+  struct JobMetric {
+    const char* name;
+    const char* help;
+    const char* type;
+    std::function<double(const Job&, const JobCounters&)> value;
+  };
+  const JobMetric job_metrics[] = {
+      {"strata_job_step", "Steps the job has completed (applied or skipped).", "counter",
+       [](const Job& j, const JobCounters&) { return static_cast<double>(j.next_step()); }},
+      {"strata_job_steps_skipped_total", "Steps skipped for gradient overflow.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.steps_skipped); }},
+      {"strata_job_last_step_seconds", "Duration of the last optimizer step.", "gauge",
+       [](const Job&, const JobCounters& c) { return c.last_step_s; }},
+      {"strata_job_step_seconds_total", "Time spent in optimizer steps.", "counter",
+       [](const Job&, const JobCounters& c) { return c.total_step_s; }},
+      {"strata_job_loss_scale", "Current loss scale.", "gauge",
+       [](const Job& j, const JobCounters&) { return j.loss_scale(); }},
+      {"strata_job_param_hits_total", "Param acquires served from memory.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.hits); }},
+      {"strata_job_param_misses_total", "Param acquires that waited for NVMe.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.misses + c.params.waits_in_flight); }},
+      {"strata_job_stall_seconds_total", "Time acquires waited for params.", "counter",
+       [](const Job&, const JobCounters& c) { return c.params.stall_s; }},
+      {"strata_job_nvme_read_bytes_total", "Param bytes read from NVMe.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.bytes_read); }},
+      {"strata_job_nvme_written_bytes_total", "Param bytes written to NVMe.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.bytes_written); }},
+      {"strata_job_prefetches_total", "Param prefetches issued.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.prefetches); }},
+      {"strata_job_prefetches_unused_total", "Prefetched params dropped unused.", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.prefetches_unused); }},
+  };
+  std::vector<JobCounters> counters;
+  for (const auto& job : jobs) counters.push_back(job->counters());
+  for (const JobMetric& m : job_metrics) {
+    metric(m.name, m.help, m.type);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      absl::StrAppend(&out, m.name, "{job=\"", jobs[i]->settings().name, "\"} ", m.value(*jobs[i], counters[i]), "\n");
+    }
+  }
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,26 @@
+// What the daemon reports about itself: per tier (GetStats' TierStats) and
+// per job and tier in Prometheus' text format (the metrics endpoint).
+// Snapshots only: nothing here holds a lock across another call.
+#ifndef STRATA_DAEMON_DAEMON_STATS_H_
+#define STRATA_DAEMON_DAEMON_STATS_H_
+
+#include <string>
+#include <vector>
+
+#include "daemon/job_registry.h"
+#include "daemon/pinned_budget.h"
+#include "strata/v1/strata.pb.h"
+#include "swap/extent_store.h"
+
+namespace strata {
+
+// `nvme` is null when the daemon has no NVMe tier.
+std::vector<strata::v1::TierStats> CollectTierStats(const ExtentStore* nvme, const PinnedBudget& pinned);
+
+// Every tier's and every job's gauges and counters, one HELP/TYPE block per
+// metric, jobs labelled by name.
+std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, const PinnedBudget& pinned);
+
+}  // namespace strata
+
+#endif  // STRATA_DAEMON_DAEMON_STATS_H_
