@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import strata
 import strata.torch as st
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -241,4 +242,34 @@ def test_step_with_closure(stratad):
             loss.backward()
             return loss
         assert abs(opt.step(closure).item() - ref.step(ref_closure).item()) <= 1e-6
+    opt.close()
+
+
+def test_hyperparameters_changed_between_backward_and_step_are_refused(stratad):
+    """The LR a step uses goes to stratad with the step's first gradient bucket (during backward);
+    a scheduler stepped between backward and step() would silently not apply, so step() refuses,
+    and after the fix the run continues exactly as torch's."""
+    model = _mlp()
+    twin = copy.deepcopy(model)
+    opt = st.OffloadAdamW(model.parameters(), lr=1e-2, bucket_numel=1, socket=stratad.socket)  # a bucket per tensor
+    ref = torch.optim.AdamW(twin.parameters(), lr=1e-2)
+    assert _train(model, opt, 1, 0) == pytest.approx(_train(twin, ref, 1, 0), rel=1e-6)
+    loss = _loss(model, 1)
+    loss.backward()                       # buckets went out with lr 1e-2
+    opt.param_groups[0]["lr"] = 5e-3      # e.g. sched.step() before opt.step()
+    with pytest.raises(strata.StrataError) as e:
+        opt.step()
+    assert "changed between backward and step()" in str(e.value)
+    assert "Step the LR scheduler after optimizer.step()" in str(e.value)
+    opt.param_groups[0]["lr"] = 1e-2      # put it back: the step goes through with what was sent
+    opt.step()
+    opt.zero_grad()
+    ref_loss = _loss(twin, 1)
+    ref_loss.backward()
+    ref.step()
+    ref.zero_grad()
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+    _close(_train(model, opt, 2, 2), _train(twin, ref, 2, 2), "after the refused step")
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert (a - b).abs().max().item() <= 1e-5
     opt.close()
