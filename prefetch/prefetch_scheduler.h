@@ -25,6 +25,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "prefetch/access_predictor.h"
+#include "prefetch/prediction_trust.h"
 #include "tiers/tiered_store.h"
 
 namespace strata {
@@ -54,6 +55,10 @@ struct PrefetchSchedulerOptions {
   // in) are written home if dirty, so their eviction becomes a clean drop
   // instead of a write-back on the critical path (0 disables).
   size_t write_backs_per_pump = 1;
+  // The job's measured prediction accuracy (borrowed, optional): while it
+  // says the prediction loses to recency, Pump issues nothing (no
+  // speculative promotions, no write-backs ranked by the prediction).
+  const PredictionTrust* trust = nullptr;
 };
 
 struct IssuedPrefetch {
@@ -69,6 +74,7 @@ struct PrefetchSchedulerStats {
   uint64_t write_backs = 0;
   uint64_t urgent = 0;            // promotions issued as urgent
   uint64_t urgency_withheld = 0;  // pumps where urgency would have cost a fetch
+  uint64_t untrusted_pumps = 0;   // pumps skipped: the prediction was not trusted
 };
 
 class PrefetchScheduler {
