@@ -102,5 +102,33 @@ TEST(PrefetchSimTest, AdaptiveUrgencyFetchesNoMoreThanMin) {
   }
 }
 
+// The prediction trust on whole traces: a repeating trace is never
+// distrusted (full speed, same fetches as without the trust), and MoE (expert
+// routing the prediction cannot know) fetches no more than LRU at any
+// capacity, where the prediction alone fetched more at 75%.
+TEST(PrefetchSimTest, PredictionTrustFullSpeedOnRepeatingTracesAndAtLeastLruOnMoe) {
+  auto transformer = GenerateTrace("transformer", {.layers = 8, .iterations = 6});
+  ASSERT_TRUE(transformer.ok());
+  auto moe = GenerateTrace("moe", {});
+  ASSERT_TRUE(moe.ok());
+  for (double cap : {0.25, 0.5, 0.75}) {
+    SCOPED_TRACE(testing::Message() << "at " << cap);
+    SimConfig config;
+    config.capacity_fraction = cap;
+    auto trusted = RunSimulation(*transformer, SimPolicy::kPredictor, config);
+    ASSERT_TRUE(trusted.ok());
+    EXPECT_EQ(trusted->untrusted_accesses, 0u);
+    auto lru = RunSimulation(*moe, SimPolicy::kLru, config);
+    auto pred = RunSimulation(*moe, SimPolicy::kPredictor, config);
+    ASSERT_TRUE(lru.ok());
+    ASSERT_TRUE(pred.ok());
+    EXPECT_LE(pred->fetches, lru->fetches);
+    config.prediction_trust = false;
+    auto plain = RunSimulation(*transformer, SimPolicy::kPredictor, config);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_EQ(plain->fetches, trusted->fetches);
+  }
+}
+
 }  // namespace
 }  // namespace strata
