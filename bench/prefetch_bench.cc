@@ -34,7 +34,8 @@ struct BenchFlags {
   uint32_t lookahead = 8;
   double lookahead_mib = 512;
   uint32_t max_in_flight = 8;
-  uint32_t urgent = 2;
+  uint32_t urgent = 0;
+  bool urgent_set = false;
   bool adaptive_urgency = true;
   bool prediction_trust = true;
   double trust_half_life = 512;
@@ -133,8 +134,13 @@ int RunPrefetchBench(int argc, char** argv) {
   cl.AddParsed("lookahead", UintFlag("lookahead", &f.lookahead), "prefetch window in shards (8)");
   cl.AddParsed("lookahead_mib", DoubleFlag("lookahead_mib", &f.lookahead_mib), "prefetch window in MiB (512)");
   cl.AddParsed("max_in_flight", UintFlag("max_in_flight", &f.max_in_flight), "prefetches in flight (8)");
-  cl.AddParsed("urgent", UintFlag("urgent", &f.urgent),
-               "prefetch as urgent what is needed within this many accesses (2; 0: never)");
+  cl.AddParsed("urgent",
+               [&f](absl::string_view v) {
+                 f.urgent_set = true;
+                 return UintFlag("urgent", &f.urgent)(v);
+               },
+               "prefetch as urgent what is needed within this many accesses (default: the whole "
+               "window; 0: never; --noadaptive_urgency --urgent=2 is the old fixed rule)");
   cl.AddBool("adaptive_urgency", &f.adaptive_urgency,
              "use urgency only where a MIN replay shows it costs no extra fetch "
              "(--noadaptive_urgency: always, the old fixed rule)");
@@ -180,7 +186,7 @@ int RunPrefetchBench(int argc, char** argv) {
   config.lookahead_count = f.lookahead;
   config.lookahead_bytes = static_cast<uint64_t>(f.lookahead_mib * (1 << 20));
   config.max_in_flight = f.max_in_flight;
-  config.urgent_distance = f.urgent;
+  if (f.urgent_set) config.urgent_distance = f.urgent;
   config.adaptive_urgency = f.adaptive_urgency;
   config.prediction_trust = f.prediction_trust;
   config.trust_half_life = f.trust_half_life;

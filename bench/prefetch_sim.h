@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,7 +42,7 @@ struct SimConfig {
   size_t lookahead_count = 8;
   uint64_t lookahead_bytes = 8 * (64ull << 20);
   size_t max_in_flight = 8;
-  size_t urgent_distance = 2;  // see PrefetchSchedulerOptions
+  size_t urgent_distance = std::numeric_limits<size_t>::max();  // see PrefetchSchedulerOptions
   bool adaptive_urgency = true;  // see PrefetchSchedulerOptions
   // The predictor row follows its prediction only while a PredictionTrust
   // (shadow caches of the tier's size) measures it beating recency.

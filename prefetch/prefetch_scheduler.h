@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -35,10 +36,14 @@ struct PrefetchSchedulerOptions {
   size_t lookahead_count = 8;
   uint64_t lookahead_bytes = 1ull << 30;
   size_t max_in_flight = 8;
-  // Shards predicted within this many accesses are prefetched as urgent: the
-  // policy may then evict a copy MIN would keep, trading a possible extra
-  // fetch for hiding the latency (0 disables).
-  size_t urgent_distance = 2;
+  // Shards predicted within this many accesses may be prefetched as urgent:
+  // the policy may then evict a copy MIN would keep now, instead of waiting
+  // for room that harms nothing (0 disables). The default is the whole
+  // window: with adaptive_urgency each urgent promotion is checked to cost
+  // no fetch MIN would not make, so a distance cap would only withhold
+  // harmless urgency, and urgency far ahead is what lets a prefetch start
+  // early enough for a busy link (the fixed rule used 2).
+  size_t urgent_distance = std::numeric_limits<size_t>::max();
   // Adaptive urgency: use it only when it is predicted to cost no fetch MIN
   // would not make. The urgent path evicts the copy used farthest away (V)
   // now, where MIN would make room later by dropping another copy. The
