@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "prefetch/farthest_next_use_policy.h"
 #include "prefetch/learned_predictor.h"
+#include "prefetch/prediction_trust.h"
 #include "prefetch/oracle_predictor.h"
 #include "prefetch/prefetch_scheduler.h"
 #include "swap/extent_store.h"
@@ -74,8 +76,15 @@ absl::StatusOr<RealResult> RunOne(const GeneratedTrace& trace, SimPolicy policy,
   const AccessPredictor* predictor = nullptr;
   if (policy == SimPolicy::kPredictor) predictor = &learned.emplace();
   if (policy == SimPolicy::kBelady) predictor = &oracle.emplace(sequence);
+  std::unique_ptr<PredictionTrust> trust;
+  if (learned.has_value() && config.prediction_trust) {
+    STRATA_ASSIGN_OR_RETURN(trust,
+                            PredictionTrust::Create({.capacity_shards = slots,
+                                                     .half_life_accesses = config.trust_half_life,
+                                                     .hysteresis_misses = config.trust_hysteresis}));
+  }
   std::optional<FarthestNextUsePolicy> farthest;
-  if (predictor != nullptr) farthest.emplace(predictor);
+  if (predictor != nullptr) farthest.emplace(predictor, trust.get());
   TieredStoreOptions so;
   so.clock = &clock;
   so.executor = executor.get();
@@ -97,7 +106,8 @@ absl::StatusOr<RealResult> RunOne(const GeneratedTrace& trace, SimPolicy policy,
                                                .max_in_flight = config.max_in_flight,
                                                .urgent_distance = config.urgent_distance,
                                                .adaptive_urgency = config.adaptive_urgency,
-                                               .write_backs_per_pump = config.write_backs_per_pump});
+                                               .write_backs_per_pump = config.write_backs_per_pump,
+                                               .trust = trust.get()});
   }
   const double compute = options.compute_us * 1e-6;
   RealResult result;
@@ -110,6 +120,7 @@ absl::StatusOr<RealResult> RunOne(const GeneratedTrace& trace, SimPolicy policy,
       if (learned.has_value()) learned->MarkIterationBoundary();
     }
     const TraceAccess& a = trace.accesses[i];
+    if (trust != nullptr) trust->OnAccess(a.key, *predictor);
     STRATA_ASSIGN_OR_RETURN(Lease lease,
                             store->Acquire(a.key, TierKind::kDevice,
                                            a.write ? AccessMode::kWrite : AccessMode::kRead));

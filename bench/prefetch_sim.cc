@@ -10,6 +10,7 @@
 #include "prefetch/farthest_next_use_policy.h"
 #include "prefetch/learned_predictor.h"
 #include "prefetch/oracle_predictor.h"
+#include "prefetch/prediction_trust.h"
 #include "prefetch/prefetch_scheduler.h"
 #include "tiers/device_tier.h"
 #include "tiers/emulated_device.h"
@@ -96,8 +97,15 @@ absl::StatusOr<SimResult> RunSimulation(const GeneratedTrace& trace, SimPolicy p
   const AccessPredictor* predictor = nullptr;
   if (policy == SimPolicy::kPredictor) predictor = &learned.emplace();
   if (policy == SimPolicy::kBelady) predictor = &oracle.emplace(sequence);
+  std::unique_ptr<PredictionTrust> trust;
+  if (learned.has_value() && config.prediction_trust) {
+    STRATA_ASSIGN_OR_RETURN(
+        trust, PredictionTrust::Create({.capacity_shards = result.capacity_shards,
+                                        .half_life_accesses = config.trust_half_life,
+                                        .hysteresis_misses = config.trust_hysteresis}));
+  }
   std::optional<FarthestNextUsePolicy> farthest;
-  if (predictor != nullptr) farthest.emplace(predictor);
+  if (predictor != nullptr) farthest.emplace(predictor, trust.get());
 
   TieredStoreOptions store_options;
   store_options.clock = &clock;
@@ -121,7 +129,8 @@ absl::StatusOr<SimResult> RunSimulation(const GeneratedTrace& trace, SimPolicy p
                           .max_in_flight = config.max_in_flight,
                           .urgent_distance = config.urgent_distance,
                           .adaptive_urgency = config.adaptive_urgency,
-                          .write_backs_per_pump = config.write_backs_per_pump});
+                          .write_backs_per_pump = config.write_backs_per_pump,
+                          .trust = trust.get()});
   }
 
   // The link: one transfer at a time, in issue order.
@@ -161,6 +170,9 @@ absl::StatusOr<SimResult> RunSimulation(const GeneratedTrace& trace, SimPolicy p
       }
     }
     const TraceAccess& access = trace.accesses[i];
+    // The trust measures the prediction as the policy sees it on this
+    // access's miss: before the predictor learns the access.
+    if (trust != nullptr) trust->OnAccess(access.key, *predictor);
     const uint64_t promotions_before = store->stats().tier(TierKind::kDevice).promotions;
     const double start = now;
     const bool resident = store->IsResident(access.key, TierKind::kDevice);
@@ -204,6 +216,10 @@ absl::StatusOr<SimResult> RunSimulation(const GeneratedTrace& trace, SimPolicy p
   result.prefetches_used = stats.prefetches_used;
   result.prefetches_wasted = stats.prefetches_wasted;
   if (learned.has_value()) result.relearns = learned->stats().relearns;
+  if (trust != nullptr) {
+    result.trust_switches = trust->stats().switches;
+    result.untrusted_accesses = trust->stats().untrusted_accesses;
+  }
   STRATA_RETURN_IF_ERROR(store->CheckInvariants());
   return result;
 }

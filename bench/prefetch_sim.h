@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,8 +42,13 @@ struct SimConfig {
   size_t lookahead_count = 8;
   uint64_t lookahead_bytes = 8 * (64ull << 20);
   size_t max_in_flight = 8;
-  size_t urgent_distance = 2;  // see PrefetchSchedulerOptions
+  size_t urgent_distance = std::numeric_limits<size_t>::max();  // see PrefetchSchedulerOptions
   bool adaptive_urgency = true;  // see PrefetchSchedulerOptions
+  // The predictor row follows its prediction only while a PredictionTrust
+  // (shadow caches of the tier's size) measures it beating recency.
+  bool prediction_trust = true;
+  double trust_half_life = 512;  // accesses (PredictionTrustOptions)
+  double trust_hysteresis = 1.0;  // misses (PredictionTrustOptions)
   size_t write_backs_per_pump = 1;
   // Whether the client marks iteration boundaries (else they are detected
   // after the first iteration, which is always marked).
@@ -61,6 +67,8 @@ struct SimResult {
   uint64_t prefetches_used = 0;
   uint64_t prefetches_wasted = 0;
   uint64_t relearns = 0;
+  uint64_t trust_switches = 0;
+  uint64_t untrusted_accesses = 0;
   std::vector<uint64_t> fetches_per_iteration;
   std::vector<double> stall_per_iteration;  // seconds
   std::vector<double> compute_per_iteration;

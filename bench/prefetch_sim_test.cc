@@ -95,9 +95,62 @@ TEST(PrefetchSimTest, AdaptiveUrgencyFetchesNoMoreThanMin) {
       // then) within 1% of MIN's hit rate.
       EXPECT_GE(pred->hit_rate_from(*t, 2), 0.99 * HitRateFrom(*t, min.fetches_per_iteration, 2));
       config.adaptive_urgency = false;
+      config.urgent_distance = 2;  // the old fixed rule
       auto fixed = RunSimulation(*t, SimPolicy::kBelady, config);
       ASSERT_TRUE(fixed.ok());
       EXPECT_GE(fixed->fetches, oracle->fetches);
+    }
+  }
+}
+
+// Urgency across the whole window (each urgent promotion checked to be
+// harmless) starts prefetches earlier than urgency within 2 accesses: the
+// same fetches, less stall where the link is busy (transformer at 50%).
+TEST(PrefetchSimTest, HarmlessUrgencyAcrossTheWindowStallsLess) {
+  auto t = GenerateTrace("transformer", {});
+  ASSERT_TRUE(t.ok());
+  SimConfig config;
+  config.capacity_fraction = 0.5;
+  auto window = RunSimulation(*t, SimPolicy::kPredictor, config);
+  config.urgent_distance = 2;
+  auto near = RunSimulation(*t, SimPolicy::kPredictor, config);
+  ASSERT_TRUE(window.ok());
+  ASSERT_TRUE(near.ok());
+  EXPECT_EQ(window->fetches, near->fetches);
+  EXPECT_LT(window->stall_fraction_from(1), near->stall_fraction_from(1));
+}
+
+// The prediction trust on whole traces: on a repeating trace it may doubt
+// the learning iteration's guess (less than one iteration's accesses) but
+// runs at full speed once the trace is learned (the same fetches as without
+// the trust from iteration 2 on), and MoE (expert routing the prediction
+// cannot know) fetches no more than LRU at any capacity, where the
+// prediction alone fetched more at 75%.
+TEST(PrefetchSimTest, PredictionTrustFullSpeedOnRepeatingTracesAndAtLeastLruOnMoe) {
+  auto transformer = GenerateTrace("transformer", {.layers = 8, .iterations = 6});
+  ASSERT_TRUE(transformer.ok());
+  auto moe = GenerateTrace("moe", {});
+  ASSERT_TRUE(moe.ok());
+  for (double cap : {0.25, 0.5, 0.75}) {
+    SCOPED_TRACE(testing::Message() << "at " << cap);
+    SimConfig config;
+    config.capacity_fraction = cap;
+    auto trusted = RunSimulation(*transformer, SimPolicy::kPredictor, config);
+    ASSERT_TRUE(trusted.ok());
+    EXPECT_LT(trusted->untrusted_accesses, transformer->iteration_starts[1]);
+    auto lru = RunSimulation(*moe, SimPolicy::kLru, config);
+    auto pred = RunSimulation(*moe, SimPolicy::kPredictor, config);
+    ASSERT_TRUE(lru.ok());
+    ASSERT_TRUE(pred.ok());
+    EXPECT_LE(pred->fetches, lru->fetches);
+    config.prediction_trust = false;
+    auto plain = RunSimulation(*transformer, SimPolicy::kPredictor, config);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_EQ(plain->hit_rate_from(*transformer, 2), trusted->hit_rate_from(*transformer, 2));
+    auto moe_plain = RunSimulation(*moe, SimPolicy::kPredictor, config);
+    ASSERT_TRUE(moe_plain.ok());
+    if (cap > 0.5) {
+      EXPECT_GT(moe_plain->fetches, lru->fetches);  // what the trust fixes
     }
   }
 }

@@ -4,6 +4,31 @@ namespace strata {
 
 std::optional<size_t> FarthestNextUsePolicy::ChooseVictim(
     const EvictionRequest& request, absl::Span<const EvictionCandidate> candidates) {
+  if (trust_ != nullptr && !trust_->Trusted()) {
+    // The prediction is measured to lose to recency on this job: demand
+    // paging with LRU, no speculative evictions. LRU still spares the
+    // copies predicted within a tier's worth of accesses (an expert's
+    // gradient once the expert was routed to) while any other is left:
+    // those are the predictions that stay right when the rest is noise.
+    if (!request.demand && request.incoming.has_value()) return std::nullopt;
+    const double horizon = static_cast<double>(candidates.size());
+    std::optional<size_t> found;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const EvictionCandidate& c = candidates[i];
+      if (c.pinned || predictor_->NextUse(c.key) < horizon) continue;
+      if (!found.has_value()) {
+        found = i;
+        continue;
+      }
+      const EvictionCandidate& b = candidates[*found];
+      if (c.last_use_tick < b.last_use_tick ||
+          (c.last_use_tick == b.last_use_tick && !c.dirty && b.dirty)) {
+        found = i;
+      }
+    }
+    if (found.has_value()) return found;
+    return recency_.ChooseVictim(request, candidates);
+  }
   // Ties on the predicted use go to the least recently used, then to clean
   // copies (no write-back).
   auto better = [&](size_t i, double next, std::optional<size_t> best, double best_next) {

@@ -103,9 +103,21 @@ bool LearnedPredictor::TensorUsedThisIterationLocked(const ShardKey& key) const 
 double LearnedPredictor::NextUseFrom(const ShardKey& key, double from) const {
   absl::MutexLock lock(&mu_);
   auto it = keys_.find(key);
-  // Nothing learned yet: no prediction, so the policy falls back to LRU.
-  if (it == keys_.end() || !trace_.has_trace()) return kNeverUsed;
+  if (it == keys_.end()) return kNeverUsed;
   const KeyStats& ks = it->second;
+  if (!trace_.has_trace()) {
+    // The learning iteration: nothing is known about the rest of it, but a
+    // training iteration repeats, so a shard's next use after this
+    // iteration is at its first slot in it. Guess that the iteration is
+    // half done (its end `now` accesses away): that ranks the shards by
+    // where the next iteration needs them, and the prediction trust judges
+    // the guess against recency. Nothing is prefetched from it (Upcoming
+    // has only the Markov successors, Sequence nothing, until an iteration
+    // is learned).
+    if (!options_.guess_learning_iteration || ks.offsets_current.empty()) return kNeverUsed;
+    const double now = static_cast<double>(tracer_.current().size());
+    return std::max(now + static_cast<double>(ks.offsets_current.front()), from);
+  }
   const double length = static_cast<double>(std::max<size_t>(trace_.trace().size(), 1));
   const double now = static_cast<double>(tracer_.current().size());  // offset of the next access
   const double rest_of_iteration = std::max(length - now, 0.0);

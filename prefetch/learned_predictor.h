@@ -42,6 +42,9 @@ struct LearnedPredictorOptions {
   double markov_min_probability = 0.6;
   // Detect boundaries when the client does not mark them.
   bool detect_boundaries = true;
+  // In the learning iteration, predict each shard's next use at its first
+  // slot in the next iteration (see NextUseFrom) instead of nothing (LRU).
+  bool guess_learning_iteration = true;
 };
 
 struct LearnedPredictorStats {

@@ -24,6 +24,25 @@ void Feed(LearnedPredictor& p, const std::vector<ShardKey>& seq, bool mark) {
   if (mark) p.MarkIterationBoundary();
 }
 
+// In the learning iteration nothing is known about the rest of it; the
+// guess is that the iteration repeats, so a shard first used earlier in it
+// is needed sooner in the next one. Nothing is prefetched from the guess.
+TEST(LearnedPredictorTest, LearningIterationGuessesTheNextIterationsOrder) {
+  LearnedPredictor p;
+  for (uint32_t t : {3, 1, 2, 1}) p.OnAccess(K(t));
+  EXPECT_LT(p.NextUse(K(3)), p.NextUse(K(1)));
+  EXPECT_LT(p.NextUse(K(1)), p.NextUse(K(2)));
+  EXPECT_EQ(p.NextUse(K(3)), 4);  // "half done": the next iteration 4 accesses away
+  EXPECT_EQ(p.NextUse(K(9)), kNeverUsed);  // never seen
+  for (const PredictedAccess& a : p.Upcoming(4)) EXPECT_NE(a.key, K(3));  // Markov's only
+  EXPECT_TRUE(p.Sequence(4).empty());
+  LearnedPredictorOptions no_guess;
+  no_guess.guess_learning_iteration = false;
+  LearnedPredictor off(no_guess);
+  for (uint32_t t : {3, 1, 2, 1}) off.OnAccess(K(t));
+  EXPECT_EQ(off.NextUse(K(3)), kNeverUsed);  // LRU until an iteration is learned
+}
+
 // The predicted sequence (repeats included) the scheduler replays MIN on:
 // the rest of the learned iteration, then that iteration again.
 TEST(LearnedPredictorTest, SequenceIsTheRestOfTheIterationThenItsRepeats) {

@@ -88,6 +88,10 @@ bool PrefetchScheduler::UrgencyIsHarmless(absl::Span<const TieredStore::CachedCo
 std::vector<IssuedPrefetch> PrefetchScheduler::Pump() {
   ++stats_.pumps;
   std::vector<IssuedPrefetch> issued;
+  if (options_.trust != nullptr && !options_.trust->Trusted()) {
+    ++stats_.untrusted_pumps;
+    return issued;
+  }
   in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),
                                   [](const TransferHandle& t) { return t->done(); }),
                    in_flight_.end());

@@ -19,12 +19,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "prefetch/access_predictor.h"
+#include "prefetch/prediction_trust.h"
 #include "tiers/tiered_store.h"
 
 namespace strata {
@@ -34,10 +36,14 @@ struct PrefetchSchedulerOptions {
   size_t lookahead_count = 8;
   uint64_t lookahead_bytes = 1ull << 30;
   size_t max_in_flight = 8;
-  // Shards predicted within this many accesses are prefetched as urgent: the
-  // policy may then evict a copy MIN would keep, trading a possible extra
-  // fetch for hiding the latency (0 disables).
-  size_t urgent_distance = 2;
+  // Shards predicted within this many accesses may be prefetched as urgent:
+  // the policy may then evict a copy MIN would keep now, instead of waiting
+  // for room that harms nothing (0 disables). The default is the whole
+  // window: with adaptive_urgency each urgent promotion is checked to cost
+  // no fetch MIN would not make, so a distance cap would only withhold
+  // harmless urgency, and urgency far ahead is what lets a prefetch start
+  // early enough for a busy link (the fixed rule used 2).
+  size_t urgent_distance = std::numeric_limits<size_t>::max();
   // Adaptive urgency: use it only when it is predicted to cost no fetch MIN
   // would not make. The urgent path evicts the copy used farthest away (V)
   // now, where MIN would make room later by dropping another copy. The
@@ -54,6 +60,10 @@ struct PrefetchSchedulerOptions {
   // in) are written home if dirty, so their eviction becomes a clean drop
   // instead of a write-back on the critical path (0 disables).
   size_t write_backs_per_pump = 1;
+  // The job's measured prediction accuracy (borrowed, optional): while it
+  // says the prediction loses to recency, Pump issues nothing (no
+  // speculative promotions, no write-backs ranked by the prediction).
+  const PredictionTrust* trust = nullptr;
 };
 
 struct IssuedPrefetch {
@@ -69,6 +79,7 @@ struct PrefetchSchedulerStats {
   uint64_t write_backs = 0;
   uint64_t urgent = 0;            // promotions issued as urgent
   uint64_t urgency_withheld = 0;  // pumps where urgency would have cost a fetch
+  uint64_t untrusted_pumps = 0;   // pumps skipped: the prediction was not trusted
 };
 
 class PrefetchScheduler {
