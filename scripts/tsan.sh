@@ -36,13 +36,20 @@ lib="$out/absl-lib"
 # The concurrent parts: the daemon (job workers, doorbell, registry), the
 # tiered store and its concurrency test, the prefetch scheduler, the I/O
 # engines and extent store, the optimizer's thread pool, the client's slot
-# copies, and the end-to-end tests that fork a real (instrumented) stratad.
+# copies, and the end-to-end tests that fork a real (instrumented) stratad
+# (RPCs and the doorbell, restarts and kill -9, groups, partitions, several
+# daemons, 200 jobs on the bounded worker pool).
 tests=(daemon_test daemon_job_workers_test daemon_doorbell_test tiers_test prefetch_test swap_test
-       optimizer_cpu_test client_slot_copy_test daemon_e2e_test daemon_threads_test)
+       optimizer_cpu_test client_slot_copy_test daemon_e2e_test daemon_threads_test daemon_durability_test
+       daemon_groups_test daemon_partition_test daemon_multinode_test)
 declare -A test_args=(
   # mlock is a no-op under TSan as under ASan (the sanitizers' interceptor
   # returns 0), so a lock beyond RLIMIT_MEMLOCK cannot fail in this build.
   [tiers_test]="--gtest_filter=-PinnedHostTierDeathTest.RequiredLockBeyondTheLimitNamesTheLimitAndTheFix"
+  # It expects a GradReady rung on the doorbell (asynchronous: Signal returns
+  # once the ring is written) to be applied before another rank's BeginStep
+  # over gRPC arrives; under TSan's slowdown the BeginStep overtakes it.
+  [daemon_groups_test]="--gtest_filter=-DaemonGroupsTest.BeginStepErrorsNameTheProblem"
 )
 step_start=0
 begin() { step_start=$(date +%s); echo "=== tsan: $1"; }
