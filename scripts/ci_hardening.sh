@@ -19,11 +19,14 @@
 #      with a random seed.
 # Any warning, sanitizer report, failing test or fuzzer crash fails the run
 # (exit 1); the crashing input is left in build-hardening/fuzz-artifacts/.
-# TSan is not part of it: it needs Abseil rebuilt with -fsanitize=thread
-# (scripts/tsan.sh, which does not fit CI's time on 2 cores; docs/SECURITY.md).
+#   4. ThreadSanitizer (scripts/tsan.sh, its own tree build-tsan/): Abseil
+#      rebuilt with -fsanitize=thread from Debian's source package, then the
+#      concurrent unit tests and the e2e tests against a real stratad. Any
+#      report fails the step. STRATA_SKIP_TSAN=1 skips it (local runs
+#      only; CI runs it).
 #   scripts/ci_hardening.sh                 (STRATA_JOBS, default 2)
 #   STRATA_FUZZ_SECONDS=600 scripts/ci_hardening.sh fuzz   # a long fuzzing run
-# Modes: all (default), build, tsa, tests, fuzz (each after `build`).
+# Modes: all (default), build, tsa, tests, fuzz (each after `build`), tsan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -31,7 +34,7 @@ mode="${1:-all}"
 jobs="${STRATA_JOBS:-2}"
 fuzz_seconds="${STRATA_FUZZ_SECONDS:-}"
 out="$root/build-hardening"
-case "$mode" in all|build|tsa|tests|fuzz) ;; *) echo "usage: scripts/ci_hardening.sh [all|build|tsa|tests|fuzz]" >&2; exit 2 ;; esac
+case "$mode" in all|build|tsa|tests|fuzz|tsan) ;; *) echo "usage: scripts/ci_hardening.sh [all|build|tsa|tests|fuzz|tsan]" >&2; exit 2 ;; esac
 
 fuzzers=(deepspeed_config_fuzz daemon_config_fuzz job_record_fuzz service_rpc_fuzz)
 unit_tests=(core_test swap_test tiers_test daemon_config_test daemon_test job_settings_test daemon_job_workers_test
@@ -174,6 +177,20 @@ if [ "$mode" = all ] || [ "$mode" = fuzz ]; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/fuzz-artifacts/$f.log" | tail -n 1)
     record "fuzz $f" "$status, ${runs:-?} executions"
   done
+fi
+
+if [ "$mode" = all ] || [ "$mode" = tsan ]; then
+  if [ "${STRATA_SKIP_TSAN:-0}" = 1 ]; then
+    summary+=("$(printf '%-44s %5s    %s' "tsan" "-" "skipped (STRATA_SKIP_TSAN=1)")")
+  else
+    begin "ThreadSanitizer: Abseil, build, unit and e2e tests (scripts/tsan.sh)"
+    status=ok
+    if ! bash scripts/tsan.sh; then
+      status=FAILED
+      failed=1
+    fi
+    record "tsan (Abseil + build + tests, build-tsan/)" "$status"
+  fi
 fi
 
 echo "=== ci_hardening summary"

@@ -257,7 +257,9 @@ size_t TieredStore::ExpireLeasesLocked(absl::Time now) {
   for (uint64_t id : expired) {
     LeaseRecord record = leases_[id];
     leases_.erase(id);
-    --record.shard->copies[TierIndex(record.tier)].pins;
+    Copy& c = record.shard->copies[TierIndex(record.tier)];
+    --c.pins;
+    if (record.mode == AccessMode::kWrite) --c.writers;
     ++stats_.leases_expired;
     DropStaleLocked(*record.shard);
   }
@@ -375,6 +377,15 @@ absl::StatusOr<std::unique_ptr<TieredStore::CopyOp>> TieredStore::StartCopyLocke
   if (!src.has_value()) {
     return absl::UnavailableError(absl::StrCat(
         "the latest data of ", ShardKeyToString(shard.key), " is being written back"));
+  }
+  // A transfer must not read a copy while a lease holder may be writing it:
+  // the bytes would be torn (a data race TSan found), and the copy made from
+  // them labeled with the version before the write. It starts once the
+  // write lease is released (Acquire waits for that; Promote and WriteBack
+  // answer Unavailable).
+  if (shard.copies[TierIndex(*src)].writers > 0) {
+    return absl::UnavailableError(absl::StrCat(ShardTier(shard.key, *src),
+                                               " is being written through a lease"));
   }
   auto op = std::make_unique<CopyOp>();
   if (dst != shard.home) {
@@ -725,10 +736,18 @@ absl::StatusOr<Lease> TieredStore::Acquire(const ShardKey& key, TierKind t, Acce
           ": not a configured tier at least as fast as its home (", TierKindName(shard->home), ")"));
     }
     Copy& c = shard->copies[TierIndex(t)];
+    if (IsCurrentLocked(*shard, t) && mode == AccessMode::kWrite && c.io_refs > 0) {
+      // A transfer is reading this copy: writing now would tear what it
+      // copies. It ends without us (and signals changed_).
+      waited = true;
+      changed_.Wait(&mu_);
+      continue;
+    }
     if (IsCurrentLocked(*shard, t)) {
       TierCounters& counters = stats_.tiers[TierIndex(t)];
       if (!counted) ++counters.acquire_hits;
       ++c.pins;
+      if (mode == AccessMode::kWrite) ++c.writers;
       if (c.prefetched_unused) {
         ++stats_.prefetches_used;
         c.prefetched_unused = false;
@@ -802,6 +821,7 @@ absl::Status TieredStore::Release(LeaseId lease, bool dirty) {
   Shard& shard = *record.shard;
   Copy& c = shard.copies[TierIndex(record.tier)];
   --c.pins;
+  if (record.mode == AccessMode::kWrite) --c.writers;
   if (dirty) {
     ++shard.version;
     c.version = shard.version;
@@ -945,6 +965,12 @@ absl::Status TieredStore::CheckInvariants() const {
         job_charged[{key.job, i}] += fp;
       }
       if (c.pins < 0 || c.io_refs < 0) return absl::InternalError(absl::StrCat(where, ": negative count"));
+      if (c.writers < 0 || c.writers > c.pins) {
+        return absl::InternalError(absl::StrCat(where, ": write leases disagree with pins"));
+      }
+      if (c.writers > 0 && c.io_refs > 0) {
+        return absl::InternalError(absl::StrCat(where, ": written through a lease while a transfer reads it"));
+      }
       if (c.pins > 0 && c.state != CopyState::kResident) {
         return absl::InternalError(absl::StrCat(where, ": pinned but not resident"));
       }

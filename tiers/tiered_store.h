@@ -22,6 +22,11 @@
 // daemon calls periodically, and the store calls itself when eviction finds
 // everything pinned). Writes through a lease are not exclusive: clients that
 // write one shard from two places coordinate among themselves, as ZeRO ranks do.
+// The store's own transfers never read a copy under a write lease (the bytes
+// would be torn): a write Acquire waits for the transfers reading the copy,
+// and a transfer from a copy being written waits for the Release (Acquire) or
+// is Unavailable (Promote, WriteBack). So a holder of a write lease must not
+// Acquire the same shard in another tier before releasing it.
 //
 // Budgets. Each tier's capacity, and optionally a per-job budget per tier,
 // bound the bytes charged to copies (footprints: sizes rounded up to the
@@ -212,6 +217,7 @@ class TieredStore {
     TierSlot slot;
     uint64_t version = 0;
     int pins = 0;
+    int writers = 0;  // write leases among the pins
     int io_refs = 0;  // transfers reading from this copy
     bool charged = false;
     bool prefetched_unused = false;

@@ -1,5 +1,6 @@
 #include "tiers/tiered_store.h"
 
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -79,6 +80,53 @@ TEST_F(TieredStoreTest, AcquireWaitsForTheInFlightPromotionInsteadOfStartingAnot
   EXPECT_EQ(store().stats().tier(kDev).promotions, 1u);
   EXPECT_EQ(store().stats().tier(kDev).acquire_misses, 1u);
   ASSERT_TRUE(store().Release(lease->id, false).ok());
+  ExpectInvariants();
+}
+
+// TSan found a promotion reading the home copy while a client wrote it
+// through a lease (tiered_store_concurrency_test): the copy was torn.
+TEST_F(TieredStoreTest, NoTransferReadsACopyUnderAWriteLease) {
+  Add(1);
+  auto writer = store().Acquire(TestKey(1), kHome, AccessMode::kWrite);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  EXPECT_TRUE(absl::IsUnavailable(store().Promote(TestKey(1), kDev).status()));
+  absl::StatusOr<Lease> reader;
+  std::thread client([&] { reader = store().Acquire(TestKey(1), kDev, AccessMode::kRead); });
+  while (store().stats().tier(kDev).acquire_misses == 0) std::this_thread::yield();
+  ASSERT_TRUE(store().WriteShard(*writer, Filled(kShard, 42)).ok());
+  EXPECT_EQ(world_->home->reads(), 0u);  // nothing read the copy being written
+  ExpectInvariants();
+  ASSERT_TRUE(store().Release(writer->id, true).ok());
+  client.join();
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<std::byte> out(kShard);
+  ASSERT_TRUE(store().ReadShard(*reader, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(out, Filled(kShard, 42));
+  ASSERT_TRUE(store().Release(reader->id, false).ok());
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, WriteLeaseWaitsForTheTransferReadingTheCopy) {
+  Add(1);
+  world_->home->CloseReadGate();
+  auto promote = store().Promote(TestKey(1), kDev);
+  ASSERT_TRUE(promote.ok()) << promote.status();
+  world_->home->AwaitReadsStarted(1);
+  absl::StatusOr<Lease> writer;
+  bool transfer_done_at_grant = false;
+  std::thread client([&] {
+    writer = store().Acquire(TestKey(1), kHome, AccessMode::kWrite);
+    transfer_done_at_grant = (*promote)->done();
+  });
+  // Time for the client to reach Acquire while the transfer is held (a
+  // slower client only makes the check weaker, never wrong).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  world_->home->OpenReadGate();
+  client.join();
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  EXPECT_TRUE(transfer_done_at_grant);
+  EXPECT_TRUE((*promote)->Wait().ok());
+  ASSERT_TRUE(store().Release(writer->id, false).ok());
   ExpectInvariants();
 }
 
