@@ -46,10 +46,6 @@ declare -A test_args=(
   # mlock is a no-op under TSan as under ASan (the sanitizers' interceptor
   # returns 0), so a lock beyond RLIMIT_MEMLOCK cannot fail in this build.
   [tiers_test]="--gtest_filter=-PinnedHostTierDeathTest.RequiredLockBeyondTheLimitNamesTheLimitAndTheFix"
-  # It expects a GradReady rung on the doorbell (asynchronous: Signal returns
-  # once the ring is written) to be applied before another rank's BeginStep
-  # over gRPC arrives; under TSan's slowdown the BeginStep overtakes it.
-  [daemon_groups_test]="--gtest_filter=-DaemonGroupsTest.BeginStepErrorsNameTheProblem"
 )
 step_start=0
 begin() { step_start=$(date +%s); echo "=== tsan: $1"; }

@@ -310,6 +310,10 @@ TEST(DaemonGroupsTest, BeginStepErrorsNameTheProblem) {
   RunSteps(job, 0, 1, [](int) { return std::vector<GroupHyperparams>{}; });
   Fill(r0.shards()[0], r0.shards()[0].grad, [](uint32_t t, uint64_t e) { return Grad(t, e, 1); });
   ASSERT_TRUE(r0.GradReady(0, 1).ok());
+  // Through the doorbell GradReady returns once the signal is in the ring;
+  // Flush waits until the daemon took it, so the BeginStep below (gRPC,
+  // another rank) comes after it on a slow or loaded machine too.
+  ASSERT_TRUE(r0.Flush().ok());
   s = r1.BeginStep(1, TwoGroups(1));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("after the step's first GradReady"), std::string::npos) << s;
