@@ -35,7 +35,7 @@ namespace {
 
 constexpr uint64_t kAlignElements = 2048;             // ZeRO partition alignment (4 KiB / 2 bytes)
 constexpr uint64_t kDaemonTileBytes = 64ull << 20;    // stratad's NVMe staging tile per stream
-constexpr double kInfinityTarget = 1.15;              // step <= 1.15 x max(parts)
+constexpr double kInfinityTarget = 1.10;              // step <= 1.1 x max(parts) (issue 10)
 constexpr uint64_t kTargetParams = 200000000;
 constexpr double kLr = 0.001, kWeightDecay = 0.01;
 
