@@ -619,7 +619,10 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
         absl::MutexLock regions(&region_mu_);
         published_.clear();
       }
+      param_cache_.reset();
+      grad_spill_.reset();
       states_.reset();
+      window_reservation_ = PinnedBudget::Reservation();
       pinned_reservation_ = PinnedBudget::Reservation();
       return s;
     }
