@@ -1058,10 +1058,29 @@ void Job::FitWindowLocked(uint32_t rank, uint32_t index) {
   const uint64_t bytes = GradSlotBytes(slot);
   mu_.Unlock();
   absl::Status spilled = grad_spill_->Spill(rank, index, absl::Span<const std::byte>(GradSlot(rank, slot), bytes));
-  if (spilled.ok()) DiscardGradSlot(rank, slot);
+  if (spilled.ok()) {
+    DiscardGradSlot(rank, slot);
+  } else {
+    // A device fault (EIO, ENOSPC, a torn write) is reported as a failed
+    // step would be, not hidden: nothing of the step is kept (the spills so
+    // far are dropped) and the job is reloaded from its last commit when its
+    // ranks attach again and resend the step's gradients.
+    absl::MutexLock commit_lock(&commit_mu_);
+    if (!superseded_) services_.nvme->Rollback(id_);
+  }
   mu_.Lock();
-  // A failed spill (NVMe full) only leaves the gradient in memory, over budget.
-  if (!spilled.ok() || r.grad_at[index] != RankState::kInSlot) return;
+  if (!spilled.ok()) {
+    worker_error_ = absl::Status(
+        spilled.code(),
+        absl::StrCat(spilled.message(), "; nothing of step ", next_step_, " of job '", settings_.name,
+                     "' was committed (the job's NVMe state is its last commit). Attach its ranks again (Attach, "
+                     "RegisterTensors, no InitParams) and resend step ", next_step_, "'s gradients"));
+    reload_needed_ = true;
+    changed_.SignalAll();
+    PublishDoorbellsLocked();
+    return;
+  }
+  if (r.grad_at[index] != RankState::kInSlot) return;
   r.grad_at[index] = RankState::kSpilled;
   grad_resident_bytes_ -= bytes;
   counters_.grad_bytes_spilled += bytes;
