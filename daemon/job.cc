@@ -1167,6 +1167,9 @@ void Job::RunStep() {
   std::vector<OptimizerHyperparams> hp;
   {
     absl::MutexLock lock(&mu_);
+    // A failed gradient spill (FitWindowLocked) failed this step already:
+    // nothing of it may be applied or committed; the job is reloaded.
+    if (reload_needed_) return;
     StepStats stats = LocalStatsLocked();
     if (settings_.external_step_agreement) stats = committed_.at(next_step_);
     overflow = stats.overflow;
