@@ -68,6 +68,7 @@ class BenchDaemon {
   const std::string& socket_path() const { return socket_path_; }
   const std::string& log_path() const { return log_path_; }
   const std::string& binary() const { return binary_; }
+  pid_t pid() const { return pid_; }  // -1 once stopped
 
   // SIGTERM and wait. Internal naming the exit status when the daemon did
   // not stop cleanly. Idempotent.

@@ -2,9 +2,15 @@
 
 #include <unistd.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +19,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "bench/daemon_launcher.h"
 #include "bench/offload_parts.h"
 #include "bench/sample_stats.h"
@@ -27,7 +35,7 @@ namespace {
 
 constexpr uint64_t kAlignElements = 2048;             // ZeRO partition alignment (4 KiB / 2 bytes)
 constexpr uint64_t kDaemonTileBytes = 64ull << 20;    // stratad's NVMe staging tile per stream
-constexpr double kInfinityTarget = 1.15;              // step <= 1.15 x max(parts)
+constexpr double kInfinityTarget = 1.10;              // step <= 1.1 x max(parts) (issue 10)
 constexpr uint64_t kTargetParams = 200000000;
 constexpr double kLr = 0.001, kWeightDecay = 0.01;
 
@@ -36,7 +44,9 @@ uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 struct Flags {
   std::string socket;
   std::string json_path;
-  uint64_t params = kTargetParams;
+  std::vector<uint64_t> sizes = {kTargetParams};  // --params, one run each
+  uint64_t params = kTargetParams;                // the size being run
+  uint64_t pinned_budget = 0;                     // infinity: the job's window (0: the daemon's default)
   std::vector<JobMode> modes = {JobMode::kInfinity};
   uint32_t steps = 3;
   std::string nvme_path;
@@ -56,6 +66,10 @@ struct ModeResult {
   std::vector<double> step_s, optimizer_s, io_s, inspect_s;
   uint64_t io_read_bytes = 0, io_written_bytes = 0;
   std::string io_engine;
+  uint64_t pinned_budget = 0;
+  uint64_t daemon_peak_rss = 0;  // VmHWM of the private daemon over this size's run (0: not ours)
+  uint64_t window_peak = 0;      // largest resident bytes of the exchange region seen (sampled)
+  uint64_t staging = 0;          // the daemon's NVMe staging for this job (3 sets x streams x tile)
   double step() const { return Median(step_s); }
   double optimizer() const { return Median(optimizer_s); }
   double io() const { return Median(io_s); }
@@ -63,17 +77,65 @@ struct ModeResult {
   double efficiency() const { return step() > 0 ? slowest_part() / step() : 0; }
 };
 
-// Fills fp16 params (values around 0.01..0.02) and gradients (around 2^-7,
-// mixed signs): finite, so no step is skipped for overflow.
-void FillSlots(RankSession& rank) {
+// Fills fp16 params (values around 0.01..0.02); the gradients (around 2^-7,
+// mixed signs: finite, so no step is skipped for overflow) are copied into
+// each grad slot before its GradReady, every step, as a trainer does: the
+// infinity window frees a gradient's slot once the step used it.
+void FillParams(RankSession& rank) {
   for (ShardView& shard : rank.shards()) {
     uint16_t* p = reinterpret_cast<uint16_t*>(shard.param);
-    uint16_t* g = reinterpret_cast<uint16_t*>(shard.grad);
-    for (uint64_t i = 0; i < shard.padded_numel; ++i) {
-      p[i] = static_cast<uint16_t>(0x2000 + ((i * 7) & 0x3ff));
-      g[i] = static_cast<uint16_t>(((i & 1) << 15) | (0x2000 + ((i * 13) & 0x3ff)));
+    for (uint64_t i = 0; i < shard.padded_numel; ++i) p[i] = static_cast<uint16_t>(0x2000 + ((i * 7) & 0x3ff));
+  }
+}
+
+std::vector<uint16_t> GradPattern(uint64_t numel) {
+  std::vector<uint16_t> g(numel);
+  for (uint64_t i = 0; i < numel; ++i) g[i] = static_cast<uint16_t>(((i & 1) << 15) | (0x2000 + ((i * 13) & 0x3ff)));
+  return g;
+}
+
+// The exchange region's mapping in this process (found by its memfd name in
+// /proc/self/maps); resident bytes come from mincore, which on a shared
+// mapping reports the memfd's pages, whoever faulted them in.
+struct RegionView {
+  std::byte* base = nullptr;
+  uint64_t bytes = 0;
+  uint64_t Resident() const {
+    if (base == nullptr) return 0;
+    std::vector<unsigned char> pages(bytes / 4096);
+    if (mincore(base, bytes, pages.data()) != 0) return 0;
+    uint64_t n = 0;
+    for (unsigned char v : pages) n += v & 1;
+    return n * 4096;
+  }
+};
+
+RegionView FindRegion(uint64_t job_id) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string name = absl::StrCat("/memfd:strata-job", job_id, "-rank0 (deleted)");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.size() < name.size() || line.compare(line.size() - name.size(), name.size(), name) != 0) continue;
+    const size_t dash = line.find('-');
+    const uint64_t lo = std::stoull(line.substr(0, dash), nullptr, 16);
+    const uint64_t hi = std::stoull(line.substr(dash + 1, line.find(' ') - dash - 1), nullptr, 16);
+    return RegionView{reinterpret_cast<std::byte*>(lo), hi - lo};
+  }
+  return {};
+}
+
+// The peak resident set of process `pid` (VmHWM), 0 when unreadable.
+uint64_t PeakRss(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) != 0) continue;
+    uint64_t kib = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(absl::StripAsciiWhitespace(line.substr(6)), "kB")), &kib)) {
+      return kib * 1024;
     }
   }
+  return 0;
 }
 
 class OffloadBench {
@@ -94,6 +156,8 @@ class OffloadBench {
   absl::Status Prepare();
   absl::StatusOr<ModeResult> RunMode(JobMode mode);
   absl::StatusOr<double> DaemonStep(RankSession& rank, uint64_t step);
+  // One --params size: a fresh private daemon (so its peak RSS is this size's), each mode, then it stops.
+  absl::Status RunSize(uint64_t params);
   void Report() const;
   absl::Status WriteJson() const;
 
@@ -103,6 +167,9 @@ class OffloadBench {
   std::unique_ptr<BenchDaemon> daemon_;
   std::unique_ptr<StrataClient> client_;
   std::string io_dir_;
+  std::vector<uint16_t> grad_pattern_;
+  RegionView region_;
+  std::atomic<uint64_t> window_peak_{0};
   std::vector<ModeResult> results_;
   std::string load_start_, load_end_;
 };
@@ -165,7 +232,10 @@ absl::Status OffloadBench::Prepare() {
 // Trainer-side step time: from the first GradReady to WaitStep's return.
 absl::StatusOr<double> OffloadBench::DaemonStep(RankSession& rank, uint64_t step) {
   const int64_t start = MonotonicNanos();
-  for (const ShardView& shard : rank.shards()) STRATA_RETURN_IF_ERROR(rank.GradReady(shard.index, step));
+  for (const ShardView& shard : rank.shards()) {
+    std::memcpy(shard.grad, grad_pattern_.data(), shard.padded_numel * 2);
+    STRATA_RETURN_IF_ERROR(rank.GradReady(shard.index, step));
+  }
   STRATA_ASSIGN_OR_RETURN(StepResult result, rank.WaitStep(step));
   const double seconds = static_cast<double>(MonotonicNanos() - start) / 1e9;
   if (result.skipped) return absl::InternalError(absl::StrCat("step ", step, " was skipped (gradient overflow)"));
@@ -195,6 +265,8 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
       R"(}}, "fp16": {"enabled": true}})");
   spec.param_dtype = DType::kFp16;
   spec.grad_dtype = DType::kFp16;
+  if (mode == JobMode::kInfinity) spec.pinned_budget_bytes = f_.pinned_budget;
+  r.pinned_budget = mode == JobMode::kInfinity ? f_.pinned_budget : 0;
   std::printf("\n%s: %s params as %zu tensors, %s; setting up the job...\n", ModeName(mode),
               FormatCount(f_.params).c_str(), tensors.size(),
               mode == JobMode::kOffload ? absl::StrCat("stage 2, sub-groups of ", FormatCount(sub_group)).c_str()
@@ -205,7 +277,29 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   int64_t t = MonotonicNanos();
   STRATA_RETURN_IF_ERROR(rank->RegisterTensors(tensors));
   r.register_s = static_cast<double>(MonotonicNanos() - t) / 1e9;
-  FillSlots(*rank);
+  FillParams(*rank);
+  uint64_t largest = 0;
+  for (const ShardView& shard : rank->shards()) largest = std::max(largest, shard.padded_numel);
+  grad_pattern_ = GradPattern(largest);
+  // Sample the region's resident bytes while the job runs (infinity: the window).
+  region_ = FindRegion(rank->job_id());
+  window_peak_ = 0;
+  std::atomic<bool> sampling{true};
+  std::thread sampler([&] {
+    while (sampling.load()) {
+      const uint64_t now = region_.Resident();
+      if (now > window_peak_.load()) window_peak_ = now;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  struct Joiner {
+    std::atomic<bool>& flag;
+    std::thread& t;
+    ~Joiner() {
+      flag = false;
+      if (t.joinable()) t.join();
+    }
+  } joiner{sampling, sampler};
   t = MonotonicNanos();
   STRATA_RETURN_IF_ERROR(rank->InitParams());
   r.init_s = static_cast<double>(MonotonicNanos() - t) / 1e9;
@@ -213,6 +307,10 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   for (const ShardView& shard : rank->shards()) shape.shard_elements.push_back(shard.padded_numel);
   shape.tile_elements = mode == JobMode::kInfinity ? std::max<uint64_t>(kDaemonTileBytes / 4 / 1024 * 1024, 1024) : 0;
   r.shards = static_cast<uint32_t>(shape.shard_elements.size());
+  if (mode == JobMode::kInfinity) {
+    // NvmeShardStateStore's staging: 3 sets x streams (AdamW: 3) x min(tile, largest shard) x 4 bytes.
+    r.staging = 3 * 3 * std::min<uint64_t>(shape.tile_elements, RoundUp(largest, 1024)) * 4;
+  }
 
   STRATA_ASSIGN_OR_RETURN(r.warmup_s, DaemonStep(*rank, 0));
   // The gradient scale the daemon applied: 1 / loss scale (no clipping here).
@@ -276,6 +374,10 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   }
   io.reset();
   optimizer.reset();
+  sampling = false;
+  sampler.join();
+  r.window_peak = window_peak_.load();
+  region_ = {};
   rank.reset();
   STRATA_RETURN_IF_ERROR(client_->DeleteJob(spec.name));
   return r;
@@ -303,15 +405,43 @@ void OffloadBench::Report() const {
                   static_cast<double>(r.io_read_bytes + r.io_written_bytes) / r.io() / 1e9, r.io_engine.c_str());
     }
   }
+  std::printf("\nmemory (infinity: the window bounded by the job's pinned budget):\n");
+  std::printf("%-9s %8s %14s %14s %14s %16s %12s\n", "mode", "params", "pinned budget", "staging", "window peak",
+              "daemon peak RSS", "allowed");
+  for (const ModeResult& r : results_) {
+    const uint64_t allowed = r.pinned_budget + r.staging + (256ull << 20);
+    std::printf("%-9s %8s %14s %14s %14s %16s %12s\n", ModeName(r.mode), FormatCount(r.params).c_str(),
+                r.pinned_budget ? FormatBytes(r.pinned_budget).c_str() : "-", FormatBytes(r.staging).c_str(),
+                FormatBytes(r.window_peak).c_str(),
+                r.daemon_peak_rss ? FormatBytes(r.daemon_peak_rss).c_str() : "(not ours)",
+                r.pinned_budget ? FormatBytes(allowed).c_str() : "-");
+  }
+  std::printf("window peak = the exchange region's resident bytes, sampled every 20 ms from the trainer's side "
+              "(mincore); daemon peak RSS = VmHWM of a private daemon started for this size; allowed = budget + "
+              "staging + 256 MiB\n");
   std::printf("\nload average at start %s, at end %s (1/5/15 min)\n", load_start_.c_str(), load_end_.c_str());
   std::printf("\ntargets:\n");
+  const ModeResult* first_infinity = nullptr;
   for (const ModeResult& r : results_) {
     if (r.mode != JobMode::kInfinity) {
       std::printf("  offload: no stated target; step is %.2fx the optimizer alone\n", r.step() / r.optimizer());
       continue;
     }
+    if (r.pinned_budget > 0 && r.daemon_peak_rss > 0) {
+      const uint64_t allowed = r.pinned_budget + r.staging + (256ull << 20);
+      std::printf("  infinity %s: daemon peak RSS %s <= budget + staging + 256 MiB = %s -> %s\n",
+                  FormatCount(r.params).c_str(), FormatBytes(r.daemon_peak_rss).c_str(), FormatBytes(allowed).c_str(),
+                  r.daemon_peak_rss <= allowed ? "MET" : "MISSED");
+      if (first_infinity != nullptr && first_infinity->daemon_peak_rss > 0) {
+        const double growth = static_cast<double>(r.daemon_peak_rss) / first_infinity->daemon_peak_rss - 1;
+        std::printf("  infinity daemon peak RSS growth %s -> %s: %+.1f%% (target <= +10%%) -> %s\n",
+                    FormatCount(first_infinity->params).c_str(), FormatCount(r.params).c_str(), growth * 100,
+                    growth <= 0.10 ? "MET" : "MISSED");
+      }
+      if (first_infinity == nullptr) first_infinity = &r;
+    }
     const double ratio = r.step() / r.slowest_part();
-    std::printf("  infinity step <= %.2fx max(optimizer, NVMe) for 200M params%s: %.3fx -> %s\n", kInfinityTarget,
+    std::printf("  infinity %s step <= %.2fx max(optimizer, NVMe) for 200M params%s: %.3fx -> %s\n", FormatCount(r.params).c_str(), kInfinityTarget,
                 r.params == kTargetParams ? "" : absl::StrCat(" (this run: ", FormatCount(r.params), ")").c_str(),
                 ratio,
                 ratio <= kInfinityTarget
@@ -344,6 +474,10 @@ absl::Status OffloadBench::WriteJson() const {
                      {"io_written_bytes_per_step", r.io_written_bytes},
                      {"io_engine", r.io_engine},
                      {"fsync_policy", f_.fsync_policy},
+                     {"pinned_budget_bytes", r.pinned_budget},
+                     {"daemon_peak_rss_bytes", r.daemon_peak_rss},
+                     {"window_peak_bytes", r.window_peak},
+                     {"staging_bytes", r.staging},
                      {"load_average_start", load_start_},
                      {"load_average_end", load_end_}});
   }
@@ -357,16 +491,29 @@ absl::Status OffloadBench::Run() { return WithDaemonLogTail(RunMeasurements(), d
 absl::Status OffloadBench::RunMeasurements() {
   load_start_ = LoadAverageText();
   std::printf("machine: %ld cores, load average %s\n", sysconf(_SC_NPROCESSORS_ONLN), load_start_.c_str());
+  for (uint64_t params : f_.sizes) STRATA_RETURN_IF_ERROR(RunSize(params));
+  load_end_ = LoadAverageText();
+  Report();
+  return WriteJson();
+}
+
+absl::Status OffloadBench::RunSize(uint64_t params) {
+  f_.params = params;
   STRATA_RETURN_IF_ERROR(Prepare());
+  const size_t first = results_.size();
   for (JobMode mode : f_.modes) {
     STRATA_ASSIGN_OR_RETURN(ModeResult r, RunMode(mode));
     results_.push_back(std::move(r));
   }
-  load_end_ = LoadAverageText();
-  Report();
-  STRATA_RETURN_IF_ERROR(WriteJson());
   client_.reset();
-  if (daemon_ != nullptr) STRATA_RETURN_IF_ERROR(daemon_->Stop());
+  if (daemon_ != nullptr) {
+    // The daemon's peak over this size: every mode of it ran in this daemon.
+    const uint64_t peak = PeakRss(daemon_->pid());
+    for (size_t i = first; i < results_.size(); ++i) results_[i].daemon_peak_rss = peak;
+    STRATA_RETURN_IF_ERROR(daemon_->Stop());
+    daemon_.reset();
+  }
+  scratch_.reset();  // the NVMe files go before the next size's are made
   return absl::OkStatus();
 }
 
@@ -386,10 +533,20 @@ int RunOffloadBench(int argc, char** argv) {
   cl.AddString("socket", &f.socket, "measure the stratad on this socket (default: start a private one)");
   cl.AddString("json", &f.json_path, "write results as JSON to this file");
   cl.AddParsed("params", [&](absl::string_view v) -> absl::Status {
-    STRATA_ASSIGN_OR_RETURN(f.params, ParseCount(v));
-    if (f.params < kAlignElements) return absl::InvalidArgumentError("--params must be at least 2048");
+    f.sizes.clear();
+    for (absl::string_view part : absl::StrSplit(v, ',')) {
+      STRATA_ASSIGN_OR_RETURN(uint64_t n, ParseCount(part));
+      if (n < kAlignElements) return absl::InvalidArgumentError("--params: each size must be at least 2048");
+      f.sizes.push_back(n);
+    }
     return absl::OkStatus();
-  }, "parameters of the model, e.g. 200M or 1.3B (default 200M)");
+  }, "parameters of the model, e.g. 200M or 1.3B, or a list (200M,800M: one run each, a fresh daemon per size; "
+     "default 200M)");
+  cl.AddParsed("pinned_budget", [&](absl::string_view v) -> absl::Status {
+    STRATA_ASSIGN_OR_RETURN(f.pinned_budget, ParseByteSize(v));
+    return absl::OkStatus();
+  }, "infinity: the job's pinned budget (its window of params and gradients in memory), e.g. 512MiB "
+     "(default: the daemon's, which keeps everything)");
   cl.AddParsed("mode", [&](absl::string_view v) -> absl::Status {
     if (v == "offload") f.modes = {JobMode::kOffload};
     else if (v == "infinity") f.modes = {JobMode::kInfinity};

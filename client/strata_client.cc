@@ -339,7 +339,11 @@ absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors,
     auto bell = ClientDoorbell::Map(std::move(reply->fds[1]), std::move(reply->fds[2]), page);
     if (bell.ok()) st.doorbell = std::move(*bell);
   }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, reply->fds[0].get(), 0);
+  // Not MAP_POPULATE: a ZeRO-Infinity region is a window whose memory exists
+  // only for the slots in use (tiers/pinned_arena.h); populating it here would
+  // allocate every slot of the rank. An offload region's pages already exist
+  // (the daemon populated them), so its first touches are minor faults.
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, reply->fds[0].get(), 0);
   if (base == MAP_FAILED) return absl::InternalError(absl::StrCat("mmap of the shared region failed: errno ", errno));
   // Huge pages where shmem THP allows them (the daemon advises its own
   // mapping too): a 64 MiB bucket copied through 4 KiB pages pays a TLB walk

@@ -240,31 +240,41 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
     if (to_build[r]) STRATA_RETURN_IF_ERROR(BuildRankLocked(r, std::move(*to_build[r]), adopt));
   }
   if (settings_.mode == strata::v1::MODE_INFINITY) {
-    uint64_t largest_param_slot = 0, total_param_bytes = 0, built = 0;
+    uint64_t largest_param_slot = 0, largest_grad_slot = 0, total_bytes = 0, built = 0;
     for (const RankState& rank : ranks_) {
       if (!rank.built) continue;
       ++built;
       for (const ExchangeSlot& slot : rank.slots) {
-        const uint64_t pbytes = RoundUp(slot.layout.padded_numel * DTypeSize(settings_.param_dtype), kPage);
-        largest_param_slot = std::max(largest_param_slot, pbytes);
-        total_param_bytes += pbytes;
+        largest_param_slot = std::max(largest_param_slot, ParamSlotBytes(slot));
+        largest_grad_slot = std::max(largest_grad_slot, GradSlotBytes(slot));
+        total_bytes += ParamSlotBytes(slot) + GradSlotBytes(slot);
       }
     }
+    // The window budget covers params and gradients in their slots.
     uint64_t budget = settings_.pinned_budget_bytes;
     // Everything may stay up (ranks not yet registered are assumed alike).
-    if (budget == 0 && built > 0) budget = total_param_bytes / built * settings_.world_size;
-    budget = std::max(budget, 2 * largest_param_slot);
+    if (budget == 0 && built > 0) budget = total_bytes / built * settings_.world_size;
+    // Room to work: a step writes one param slot beside a gradient.
+    budget = std::max(budget, 2 * largest_param_slot + largest_grad_slot);
     param_budget_ = budget;
+    STRATA_ASSIGN_OR_RETURN(grad_spill_, GradSpill::Create(id_, services_.nvme, largest_grad_slot));
+    if (services_.pinned != nullptr) {
+      // The window's budget and the staging that spilled gradients come back through.
+      STRATA_ASSIGN_OR_RETURN(
+          window_reservation_,
+          services_.pinned->Reserve(budget + grad_spill_->staging_bytes(),
+                                    absl::StrCat("job '", settings_.name, "' window (pinned_budget_bytes)")));
+    }
     param_cache_ = std::make_unique<ParamCache>(
         id_, settings_.world_size, services_.nvme,
         [this](uint32_t r, uint32_t index) {
           absl::MutexLock lock(&region_mu_);
           const PublishedRank& rank = published_[r];
           const ExchangeSlot& slot = rank.slots[index];
-          return ParamCache::ShardRef{rank.base + slot.param_offset,
-                                      RoundUp(slot.layout.padded_numel * DTypeSize(settings_.param_dtype), kPage)};
+          return ParamCache::ShardRef{rank.base + slot.param_offset, ParamSlotBytes(slot)};
         },
-        budget, /*lookahead=*/4, workers_);
+        budget, /*lookahead=*/4, workers_,
+        [this](uint32_t r, uint32_t index) { DiscardParamSlot(r, index); });
   }
   return absl::OkStatus();
 }
@@ -313,7 +323,10 @@ absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, b
     return absl::ResourceExhaustedError(absl::StrCat("rank ", r, "'s exchange region would be ", region_bytes,
                                                      " bytes; max_region_bytes is ", limits.max_region_bytes));
   }
-  if (services_.pinned != nullptr) {
+  const bool window = settings_.mode == strata::v1::MODE_INFINITY;
+  // An Infinity region is a window: memory only for the slots in use, within
+  // the job's budget, which BuildLayoutsLocked reserves once for the job.
+  if (services_.pinned != nullptr && !window) {
     STRATA_ASSIGN_OR_RETURN(const uint64_t pinned_bytes, CheckedAdd(region_bytes, state_bytes, "pinned bytes"));
     STRATA_ASSIGN_OR_RETURN(rank.pinned, services_.pinned->Reserve(pinned_bytes, absl::StrCat("job '", settings_.name,
                                                                                              "' rank ", r)));
@@ -321,10 +334,12 @@ absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, b
   PinnedArenaOptions options;
   options.name = absl::StrCat("strata-job", id_, "-rank", r);
   options.size_bytes = region_bytes;
+  options.populate = !window;
   STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
   rank.slots = std::move(slots);
   rank.grad_ready.assign(rank.slots.size(), false);
   rank.applied.assign(rank.slots.size(), false);
+  rank.grad_at.assign(rank.slots.size(), RankState::kNowhere);
   for (const ExchangeSlot& slot : rank.slots) {
     STRATA_RETURN_IF_ERROR(adopt ? states_->Adopt(r, slot.layout.index, slot.layout.padded_numel)
                                  : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
@@ -334,7 +349,7 @@ absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, b
   {
     absl::MutexLock lock(&region_mu_);
     if (published_.size() < ranks_.size()) published_.resize(ranks_.size());
-    published_[r] = PublishedRank{rank.exchange.data(), rank.slots};
+    published_[r] = PublishedRank{rank.exchange.data(), rank.slots, &rank.exchange};
   }
   return absl::OkStatus();
 }
@@ -604,7 +619,10 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
         absl::MutexLock regions(&region_mu_);
         published_.clear();
       }
+      param_cache_.reset();
+      grad_spill_.reset();
       states_.reset();
+      window_reservation_ = PinnedBudget::Reservation();
       pinned_reservation_ = PinnedBudget::Reservation();
       return s;
     }
@@ -693,6 +711,30 @@ std::byte* Job::ParamSlot(uint32_t rank, const ExchangeSlot& slot) const {
   return published_[rank].base + slot.param_offset;
 }
 
+uint64_t Job::ParamSlotBytes(const ExchangeSlot& slot) const {
+  return RoundUp(slot.layout.padded_numel * DTypeSize(settings_.param_dtype), kPage);
+}
+
+uint64_t Job::GradSlotBytes(const ExchangeSlot& slot) const {
+  return RoundUp(slot.layout.padded_numel * DTypeSize(settings_.grad_dtype), kPage);
+}
+
+void Job::DiscardParamSlot(uint32_t rank, uint32_t index) const {
+  absl::MutexLock lock(&region_mu_);
+  const PublishedRank& r = published_[rank];
+  if (r.region == nullptr || index >= r.slots.size()) return;
+  // A failed punch (it cannot fail on a memfd short of a kernel bug) only
+  // leaves memory in use; the slot's contents are not needed either way.
+  (void)r.region->Discard(r.slots[index].param_offset, ParamSlotBytes(r.slots[index]));
+}
+
+void Job::DiscardGradSlot(uint32_t rank, const ExchangeSlot& slot) const {
+  absl::MutexLock lock(&region_mu_);
+  const PublishedRank& r = published_[rank];
+  if (r.region == nullptr) return;
+  (void)r.region->Discard(slot.grad_offset, GradSlotBytes(slot));
+}
+
 absl::Status Job::InitParams(uint32_t rank) {
   std::vector<ExchangeSlot> slots;
   {
@@ -723,11 +765,15 @@ absl::Status Job::InitParams(uint32_t rank) {
     spans.max_exp_avg_sq = tile.max_exp_avg_sq;
     spans.grad = GradSlot(rank, slot);
     spans.grad_dtype = settings_.grad_dtype;
-    return opt->InitializeState(hp, spans);
+    STRATA_RETURN_IF_ERROR(opt->InitializeState(hp, spans));
+    // Infinity: the shard's params go home as soon as they are read, and
+    // the window keeps only what its budget allows (the trainer wrote every
+    // slot; they are freed shard by shard).
+    if (param_cache_ != nullptr && tile.offset + tile.size == slot.layout.padded_numel) {
+      STRATA_RETURN_IF_ERROR(param_cache_->StoreHome(rank, slot.layout.index));
+    }
+    return absl::OkStatus();
   }));
-  if (param_cache_ != nullptr) {
-    for (const ExchangeSlot& slot : slots) STRATA_RETURN_IF_ERROR(param_cache_->StoreHome(rank, slot.layout.index));
-  }
   std::string record;
   {
     absl::MutexLock lock(&mu_);
@@ -780,6 +826,11 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     return absl::OkStatus();
   }
   r.grad_ready[index] = true;
+  if (param_cache_ != nullptr && r.grad_at[index] != RankState::kInSlot) {
+    // In its slot now (a re-sent gradient replaces a spilled copy).
+    r.grad_at[index] = RankState::kInSlot;
+    grad_resident_bytes_ += GradSlotBytes(r.slots[index]);
+  }
   step_has_grads_ = true;
   grads_missing_ = 0;
   for (const RankState& rs : ranks_) {
@@ -968,6 +1019,10 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
     return;
   }
   inspections_[{rank, index}] = {*overflow, *norm};
+  if (param_cache_ != nullptr) {
+    FitWindowLocked(rank, index);
+    return;
+  }
   if (!early_apply_ || ranks_[rank].applied[index]) return;
   // Nothing global decides this shard's update (no loss scaling, no
   // clipping): step it now, while the trainers are still in backward.
@@ -991,15 +1046,85 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   }
 }
 
+void Job::FitWindowLocked(uint32_t rank, uint32_t index) {
+  RankState& r = ranks_[rank];
+  if (r.grad_at[index] != RankState::kInSlot) return;
+  // Clean params go first: they are copies of their NVMe homes.
+  const uint64_t params = param_cache_->SetReserved(grad_resident_bytes_);
+  if (params + grad_resident_bytes_ <= param_budget_) return;
+  // Still over (pinned params, or gradients alone fill the budget): this
+  // gradient, inspected already, goes to NVMe until the step needs it.
+  const ExchangeSlot slot = r.slots[index];
+  const uint64_t bytes = GradSlotBytes(slot);
+  mu_.Unlock();
+  absl::Status spilled = grad_spill_->Spill(rank, index, absl::Span<const std::byte>(GradSlot(rank, slot), bytes));
+  if (spilled.ok()) {
+    DiscardGradSlot(rank, slot);
+  } else {
+    // A device fault (EIO, ENOSPC, a torn write) is reported as a failed
+    // step would be, not hidden: nothing of the step is kept (the spills so
+    // far are dropped) and the job is reloaded from its last commit when its
+    // ranks attach again and resend the step's gradients.
+    absl::MutexLock commit_lock(&commit_mu_);
+    if (!superseded_) services_.nvme->Rollback(id_);
+  }
+  mu_.Lock();
+  if (!spilled.ok()) {
+    worker_error_ = absl::Status(
+        spilled.code(),
+        absl::StrCat(spilled.message(), "; nothing of step ", next_step_, " of job '", settings_.name,
+                     "' was committed (the job's NVMe state is its last commit). Attach its ranks again (Attach, "
+                     "RegisterTensors, no InitParams) and resend step ", next_step_, "'s gradients"));
+    reload_needed_ = true;
+    changed_.SignalAll();
+    PublishDoorbellsLocked();
+    return;
+  }
+  if (r.grad_at[index] != RankState::kInSlot) return;
+  r.grad_at[index] = RankState::kSpilled;
+  grad_resident_bytes_ -= bytes;
+  counters_.grad_bytes_spilled += bytes;
+  param_cache_->SetReserved(grad_resident_bytes_);
+}
+
+void Job::ClearGradsAfterStep() {
+  std::vector<std::pair<uint32_t, ExchangeSlot>> in_slot;
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint32_t rank = 0; rank < ranks_.size(); ++rank) {
+      RankState& r = ranks_[rank];
+      for (size_t i = 0; i < r.grad_at.size(); ++i) {
+        if (r.grad_at[i] == RankState::kInSlot) in_slot.emplace_back(rank, r.slots[i]);
+        r.grad_at[i] = RankState::kNowhere;
+      }
+    }
+    grad_resident_bytes_ = 0;
+    counters_.grad_bytes_read_back = grad_spill_->read_back_bytes();
+  }
+  // The step consumed them; the next step's gradients are written anew.
+  for (const auto& [rank, slot] : in_slot) DiscardGradSlot(rank, slot);
+  param_cache_->SetReserved(0);
+  grad_spill_->EndReadback();
+  grad_spill_->DeleteAll();
+}
+
 absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
                               const std::vector<std::vector<ExchangeSlot>>& slots, int64_t optimizer_step,
-                              float grad_scale, const std::vector<OptimizerHyperparams>& hp) {
+                              float grad_scale, const std::vector<OptimizerHyperparams>& hp,
+                              const std::function<absl::Status(const ShardId&)>& shard_done,
+                              const std::function<absl::StatusOr<const std::byte*>(const ShardId&)>& grad_source) {
+  const std::byte* shard_grad = nullptr;  // grad_source's answer for the shard being stepped
   const bool sixteen_bit = settings_.param_dtype != DType::kFp32;
   const size_t psize = DTypeSize(settings_.param_dtype);
   const size_t gsize = DTypeSize(settings_.grad_dtype);
   return states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
     const ExchangeSlot& slot = slots[id.rank][id.index];
     const uint64_t tile_end = tile.offset + tile.size;
+    if (!grad_source) {
+      shard_grad = GradSlot(id.rank, slot);
+    } else if (tile.offset == 0) {
+      STRATA_ASSIGN_OR_RETURN(shard_grad, grad_source(id));
+    }
     // A tile (NVMe streams a shard in tiles) may span several groups' runs:
     // each piece is stepped with its group's hyperparameters. The kernels
     // are elementwise, so the cuts do not change a bit.
@@ -1015,7 +1140,7 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
       spans.exp_avg = at(tile.exp_avg);
       spans.exp_avg_sq = at(tile.exp_avg_sq);
       spans.max_exp_avg_sq = at(tile.max_exp_avg_sq);
-      spans.grad = GradSlot(id.rank, slot) + lo * gsize;
+      spans.grad = shard_grad + lo * gsize;
       spans.grad_dtype = settings_.grad_dtype;
       std::byte* param_out = ParamSlot(id.rank, slot) + lo * psize;
       if (sixteen_bit) {
@@ -1025,6 +1150,7 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
       STRATA_RETURN_IF_ERROR(services_.optimizer->Step(hp.at(run.group), optimizer_step, spans, grad_scale));
       if (!sixteen_bit) std::memcpy(param_out, spans.params, spans.size * sizeof(float));
     }
+    if (shard_done && tile_end == slot.layout.padded_numel) return shard_done(id);
     return absl::OkStatus();
   });
 }
@@ -1041,6 +1167,9 @@ void Job::RunStep() {
   std::vector<OptimizerHyperparams> hp;
   {
     absl::MutexLock lock(&mu_);
+    // A failed gradient spill (FitWindowLocked) failed this step already:
+    // nothing of it may be applied or committed; the job is reloaded.
+    if (reload_needed_) return;
     StepStats stats = LocalStatsLocked();
     if (settings_.external_step_agreement) stats = committed_.at(next_step_);
     overflow = stats.overflow;
@@ -1064,12 +1193,10 @@ void Job::RunStep() {
     }
     const float grad_scale = static_cast<float>(clip / scale);
     std::vector<ShardId> ids;
-    std::vector<ShardId> all_ids;
     {
       absl::MutexLock lock(&mu_);
       for (uint32_t r = 0; r < slots.size(); ++r) {
         for (const ExchangeSlot& s : slots[r]) {
-          all_ids.push_back(ShardId{r, s.layout.index});
           // Shards the early path already stepped (see Inspect) are done.
           if (!ranks_[r].applied[s.layout.index]) ids.push_back(ShardId{r, s.layout.index});
         }
@@ -1077,14 +1204,52 @@ void Job::RunStep() {
     }
     absl::MutexLock states_lock(&states_mu_);
     if (param_cache_ != nullptr) param_cache_->BeginUpdate();
-    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp);
-    if (status.ok() && param_cache_ != nullptr) {
-      for (const ShardId& id : all_ids) {
-        status = param_cache_->StoreHome(id.rank, id.index);
-        if (!status.ok()) break;
+    std::function<absl::Status(const ShardId&)> shard_done;
+    std::function<absl::StatusOr<const std::byte*>(const ShardId&)> grad_source;
+    std::vector<std::vector<RankState::GradAt>> grad_at;
+    if (param_cache_ != nullptr) {
+      {
+        absl::MutexLock lock(&mu_);
+        for (const RankState& r : ranks_) grad_at.push_back(r.grad_at);
       }
+      // Spilled gradients come back in step order, the next one read while
+      // the step works on this one.
+      std::vector<std::pair<ShardId, uint64_t>> spilled;
+      for (const ShardId& id : ids) {
+        if (grad_at[id.rank][id.index] == RankState::kSpilled) {
+          spilled.emplace_back(id, GradSlotBytes(slots[id.rank][id.index]));
+        }
+      }
+      grad_spill_->BeginReadback(std::move(spilled));
+      grad_source = [&](const ShardId& id) -> absl::StatusOr<const std::byte*> {
+        if (grad_at[id.rank][id.index] == RankState::kSpilled) return grad_spill_->Next(id);
+        return GradSlot(id.rank, slots[id.rank][id.index]);
+      };
+      // The window: as each shard is stepped its gradient slot is freed and
+      // its new params go home; the cache keeps the param slot only within
+      // the budget, so the step never has every slot in memory at once.
+      shard_done = [&](const ShardId& id) {
+        if (grad_at[id.rank][id.index] == RankState::kInSlot) {
+          const ExchangeSlot& slot = slots[id.rank][id.index];
+          DiscardGradSlot(id.rank, slot);
+          uint64_t reserved;
+          {
+            absl::MutexLock lock(&mu_);
+            ranks_[id.rank].grad_at[id.index] = RankState::kNowhere;
+            grad_resident_bytes_ -= GradSlotBytes(slot);
+            reserved = grad_resident_bytes_;
+          }
+          param_cache_->SetReserved(reserved);
+        }
+        return param_cache_->StoreHome(id.rank, id.index);
+      };
     }
-    if (param_cache_ != nullptr) param_cache_->EndUpdate();
+    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, shard_done, grad_source);
+    if (param_cache_ != nullptr) {
+      param_cache_->EndUpdate();
+      // Before the commit: no spilled copy may become durable.
+      ClearGradsAfterStep();
+    }
     if (status.ok() && services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {
       // The record that goes into the same commit says this step is done.
       std::string record;
@@ -1100,6 +1265,8 @@ void Job::RunStep() {
       }
       status = CommitWithRecord(record);
     }
+  } else if (param_cache_ != nullptr) {
+    ClearGradsAfterStep();  // a skipped step's gradients are not needed either
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (!status.ok() && services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {

@@ -32,6 +32,7 @@
 #include "core/shard_key.h"
 #include "core/zero_partition.h"
 #include "daemon/doorbell.h"
+#include "daemon/grad_spill.h"
 #include "daemon/job_record.h"
 #include "daemon/job_settings.h"
 #include "daemon/loss_scaler.h"
@@ -86,6 +87,8 @@ struct JobCounters {
   double last_step_s = 0;
   double total_step_s = 0;
   ParamCacheStats params;
+  uint64_t grad_bytes_spilled = 0;    // Infinity: gradients written to NVMe (window full)
+  uint64_t grad_bytes_read_back = 0;
 };
 
 // What the job borrows from the daemon; all must outlive it.
@@ -229,6 +232,9 @@ class Job {
     bool initialized = false;
     std::vector<bool> grad_ready;
     std::vector<bool> applied;  // stepped early, this step (see early_apply_)
+    // Infinity: where each shard's gradient of the open step is.
+    enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled };
+    std::vector<GradAt> grad_at;
     bool built = false;         // slots, region and states exist
     PinnedBudget::Reservation pinned;  // the region and (offload) host states
   };
@@ -286,13 +292,32 @@ class Job {
   void CloseDoorbells();
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
+  // Infinity, after an inspection: keeps params + gradients in the window's
+  // budget, evicting clean params first and spilling this gradient to NVMe
+  // when that is not enough. Called and returns with mu_ held.
+  void FitWindowLocked(uint32_t rank, uint32_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Infinity, after the step: every gradient slot's memory back, the spilled
+  // copies deleted (before the commit, so none becomes durable).
+  void ClearGradsAfterStep();
   void RunStep();
   // Sums the inspections of the local ranks (see PrepareStep).
   StepStats LocalStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // REQUIRES: states_mu_ held.
   // Each run of same-group elements is stepped with hp[group].
+  // `shard_done`, when set, runs after a shard's last tile was stepped (the
+  // Infinity window stores its params home and frees its slots there);
+  // `grad_source`, when set, gives each shard's gradient (a spilled one comes
+  // back from NVMe), else it is read from its slot.
   absl::Status ApplyShards(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
-                           int64_t optimizer_step, float grad_scale, const std::vector<OptimizerHyperparams>& hp);
+                           int64_t optimizer_step, float grad_scale, const std::vector<OptimizerHyperparams>& hp,
+                           const std::function<absl::Status(const ShardId&)>& shard_done = nullptr,
+                           const std::function<absl::StatusOr<const std::byte*>(const ShardId&)>& grad_source =
+                               nullptr);
+  // The Infinity window (docs/DAEMON.md): gives the memory of a slot back.
+  void DiscardParamSlot(uint32_t rank, uint32_t index) const;
+  void DiscardGradSlot(uint32_t rank, const ExchangeSlot& slot) const;
+  uint64_t ParamSlotBytes(const ExchangeSlot& slot) const;
+  uint64_t GradSlotBytes(const ExchangeSlot& slot) const;
   std::byte* GradSlot(uint32_t rank, const ExchangeSlot& slot) const;
   std::byte* ParamSlot(uint32_t rank, const ExchangeSlot& slot) const;
 
@@ -325,7 +350,11 @@ class Job {
   // While supplied partitions arrive: per tensor, the owned runs so far
   // (first element -> one past the last, owning rank).
   std::vector<std::map<uint64_t, std::pair<uint64_t, uint32_t>>> owned_;
-  uint64_t param_budget_ = 0;  // MODE_INFINITY: the param cache's budget
+  // MODE_INFINITY: the window budget -- the bytes of param and gradient
+  // slots the job keeps in memory (its pinned reservation).
+  uint64_t param_budget_ = 0;
+  PinnedBudget::Reservation window_reservation_;
+  std::unique_ptr<GradSpill> grad_spill_;  // MODE_INFINITY only
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
@@ -339,6 +368,7 @@ class Job {
   struct PublishedRank {
     std::byte* base = nullptr;
     std::vector<ExchangeSlot> slots;
+    PinnedArena* region = nullptr;  // &ranks_[r].exchange (ranks_ never grows once built)
   };
   mutable absl::Mutex region_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<PublishedRank> published_ ABSL_GUARDED_BY(region_mu_);
@@ -364,6 +394,8 @@ class Job {
   absl::flat_hash_map<uint64_t, StepStats> prepared_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, StepStats> committed_ ABSL_GUARDED_BY(mu_);
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
+  // Infinity: bytes of gradient slots holding a gradient (kInSlot).
+  uint64_t grad_resident_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
   // (rank, index) with an inspection queued and not yet started: a re-sent
   // gradient needs no second one (the queued one reads the new contents), so

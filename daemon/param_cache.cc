@@ -16,12 +16,13 @@ ShardKey HomeKey(uint64_t job, uint32_t rank, uint32_t index) {
 }  // namespace
 
 ParamCache::ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, Locate locate,
-                       uint64_t budget_bytes, uint32_t lookahead, TransferExecutor* workers)
+                       uint64_t budget_bytes, uint32_t lookahead, TransferExecutor* workers, Discard discard)
     : job_id_(job_id),
       store_(store),
       locate_(std::move(locate)),
       budget_bytes_(budget_bytes),
       lookahead_(lookahead),
+      discard_(std::move(discard)),
       traces_(ranks),
       workers_(workers) {}
 
@@ -75,14 +76,14 @@ double ParamCache::DistanceLocked(uint32_t rank, uint32_t index) const {
 }
 
 bool ParamCache::MakeRoomLocked(uint32_t rank, uint64_t bytes) {
-  while (resident_bytes_ + bytes > budget_bytes_) {
-    // Evict the unpinned resident shard (of this rank) needed farthest ahead.
+  while (resident_bytes_ + reserved_bytes_ + bytes > budget_bytes_) {
+    // Evict the unpinned resident shard needed farthest ahead.
     std::pair<uint32_t, uint32_t> victim;
     double worst = 0;
     bool found = false;
     for (auto& [key, e] : entries_) {
-      if (key.first != rank || e.state != State::kResident || e.pins > 0) continue;
-      double d = DistanceLocked(rank, key.second);
+      if ((rank != kAnyRank && key.first != rank) || e.state != State::kResident || e.pins > 0) continue;
+      double d = DistanceLocked(key.first, key.second);
       if (!found || d > worst) {
         worst = d;
         victim = key;
@@ -90,13 +91,39 @@ bool ParamCache::MakeRoomLocked(uint32_t rank, uint64_t bytes) {
       }
     }
     if (!found) return false;
-    Entry& e = entries_[victim];
-    if (e.prefetched_unused) ++stats_.prefetches_unused;
-    e.prefetched_unused = false;
-    e.state = State::kAbsent;
-    resident_bytes_ -= e.bytes;
+    EvictLocked(victim);
   }
   return true;
+}
+
+void ParamCache::EvictLocked(std::pair<uint32_t, uint32_t> key) {
+  Entry& e = entries_[key];
+  if (e.prefetched_unused) ++stats_.prefetches_unused;
+  e.prefetched_unused = false;
+  e.state = State::kAbsent;
+  resident_bytes_ -= e.bytes;
+  // A clean copy of its home: the memory goes back.
+  if (discard_) discard_(key.first, key.second);
+}
+
+uint64_t ParamCache::SetReserved(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  reserved_bytes_ = bytes;
+  MakeRoomLocked(kAnyRank, 0);
+  return resident_bytes_;
+}
+
+bool ParamCache::Drop(uint32_t rank, uint32_t index) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find({rank, index});
+  if (it == entries_.end() || it->second.state != State::kResident || it->second.pins > 0) return false;
+  EvictLocked(it->first);
+  return true;
+}
+
+uint64_t ParamCache::resident_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return resident_bytes_;
 }
 
 void ParamCache::StartReadLocked(uint32_t rank, uint32_t index, bool prefetch) {
@@ -161,6 +188,7 @@ void ParamCache::ReadTurn() {
     e.read_error = got.status();
     e.state = State::kAbsent;
     resident_bytes_ -= e.bytes;
+    if (discard_) discard_(next.first, next.second);  // whatever half arrived
   } else {
     e.read_error = absl::OkStatus();  // an earlier failed read of this shard is history
     e.state = State::kResident;

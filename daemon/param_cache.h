@@ -5,7 +5,11 @@
 //
 // Residency is bounded by a byte budget per job; a resident shard that is not
 // pinned may be dropped (it is a clean copy of its home), the one whose
-// predicted next use is farthest first. Predictions come from prefetch/'s
+// predicted next use is farthest first. A dropped shard's slot is handed to
+// the Discard callback, which gives its memory back to the OS (the job's
+// window, tiers/pinned_arena.h), so the budget bounds memory, not just which
+// slots are current. The budget is shared with bytes the cache does not own
+// (the job's gradients in their slots, SetReserved): params get what is left. Predictions come from prefetch/'s
 // TracePredictor, one per rank: it learns the iteration's access order,
 // follows it through small deviations and relearns when the order changes.
 //
@@ -54,11 +58,15 @@ class ParamCache {
     uint64_t bytes = 0;
   };
   using Locate = std::function<ShardRef(uint32_t rank, uint32_t index)>;
+  // Called (under the cache's lock: it must be quick and take no lock but
+  // leaf ones) when shard (rank, index) stops being resident: its slot's
+  // contents are no longer needed.
+  using Discard = std::function<void(uint32_t rank, uint32_t index)>;
 
   // `store` is shared with other jobs (it is safe for concurrent use);
   // reads run on `workers`, which must outlive the cache.
   ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, Locate locate, uint64_t budget_bytes,
-             uint32_t lookahead, TransferExecutor* workers);
+             uint32_t lookahead, TransferExecutor* workers, Discard discard = nullptr);
   ~ParamCache();
 
   // Writes the current contents of the rank's slot `index` to NVMe as the new
@@ -79,6 +87,18 @@ class ParamCache {
   // starts until EndUpdate, which resumes prefetching.
   void BeginUpdate();
   void EndUpdate();
+  // `bytes` of the budget are taken by others (the job's gradients): drops
+  // unpinned shards of any rank, farthest next use first, until the params
+  // fit in what is left, and keeps later reads within it. Returns the
+  // params' resident bytes afterwards (more than what is left when pinned
+  // shards alone exceed it).
+  uint64_t SetReserved(uint64_t bytes);
+  // Marks shard (rank, index) absent and discards its slot, unless it is
+  // pinned or being read (then false). An optimizer step uses it for a slot
+  // it wrote and stored home that the budget has no room for.
+  bool Drop(uint32_t rank, uint32_t index);
+  uint64_t resident_bytes() const;
+  uint64_t budget_bytes() const { return budget_bytes_; }
   ParamCacheStats stats() const;
 
  private:
@@ -102,7 +122,11 @@ class ParamCache {
   void ScheduleReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReadTurn();
   void StartReadLocked(uint32_t rank, uint32_t index, bool prefetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts unpinned resident shards of `rank` (of every rank when `rank` is
+  // kAnyRank) until `bytes` more fit beside the reserved bytes.
+  static constexpr uint32_t kAnyRank = UINT32_MAX;
   bool MakeRoomLocked(uint32_t rank, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictLocked(std::pair<uint32_t, uint32_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PrefetchLocked(uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double DistanceLocked(uint32_t rank, uint32_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -111,12 +135,14 @@ class ParamCache {
   const Locate locate_;
   const uint64_t budget_bytes_;
   const uint32_t lookahead_;
+  const Discard discard_;
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
   absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<RankTrace> traces_ ABSL_GUARDED_BY(mu_);
   uint64_t resident_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // see SetReserved
   std::deque<std::pair<uint32_t, uint32_t>> reads_ ABSL_GUARDED_BY(mu_);
   ParamCacheStats stats_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

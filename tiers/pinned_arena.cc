@@ -1,8 +1,10 @@
 #include "tiers/pinned_arena.h"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +19,10 @@
 #include "absl/strings/strip.h"
 #include "core/byte_size.h"
 #include "core/errno_status.h"
+
+#ifndef MLOCK_ONFAULT
+#define MLOCK_ONFAULT 1  // Linux 4.4
+#endif
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack the name
@@ -101,7 +107,8 @@ absl::StatusOr<PinnedArena> PinnedArena::Create(const PinnedArenaOptions& option
   }
   // Populate every page now. MADV_POPULATE_WRITE faults them in with one
   // call; kernels before 5.14 (EINVAL) get a touch loop, one write per page.
-  if (madvise(mapped, options.size_bytes, MADV_POPULATE_WRITE) != 0) {
+  // A window populates nothing.
+  if (options.populate && madvise(mapped, options.size_bytes, MADV_POPULATE_WRITE) != 0) {
     if (errno != EINVAL) {
       return ErrnoToStatus(errno, absl::StrCat("populating pinned arena '", options.name,
                                                "' of ", FormatBytes(options.size_bytes)));
@@ -115,7 +122,11 @@ absl::StatusOr<PinnedArena> PinnedArena::Create(const PinnedArenaOptions& option
     // an error: CAP_IPC_LOCK lets mlock ignore the limit altogether.
     absl::Status limit = EnsureMemlockLimit(LockedBytesNow() + options.size_bytes);
     absl::Status status;
-    if (mlock(mapped, options.size_bytes) != 0) {
+    // A window locks each page as it is faulted in; RLIMIT_MEMLOCK is still
+    // checked against the whole range (the kernel counts the range as locked).
+    const int locked = options.populate ? mlock(mapped, options.size_bytes)
+                                        : mlock2(mapped, options.size_bytes, MLOCK_ONFAULT);
+    if (locked != 0) {
       const int err = errno;
       status = !limit.ok() ? limit
                            : absl::ResourceExhaustedError(absl::StrCat(
@@ -133,6 +144,26 @@ absl::StatusOr<PinnedArena> PinnedArena::Create(const PinnedArenaOptions& option
     }
   }
   return arena;
+}
+
+absl::Status PinnedArena::Discard(uint64_t offset, uint64_t bytes) {
+  if (offset % kPageBytes != 0 || bytes % kPageBytes != 0 || offset > size_ || bytes > size_ - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("discarding [", offset, ", +", bytes, ") of a pinned arena of ",
+                                                   size_, " bytes: the range must be 4096-aligned and inside it"));
+  }
+  if (bytes == 0) return absl::OkStatus();
+  // KEEP_SIZE: the memfd is sealed against shrinking; a hole does not shrink it.
+  if (fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                static_cast<off_t>(bytes)) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("punching [", offset, ", +", bytes, ") out of a pinned arena"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PinnedArena::ResidentBytes() const {
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) return ErrnoToStatus(errno, "stat of a pinned arena's memfd");
+  return static_cast<uint64_t>(st.st_blocks) * 512;
 }
 
 PinnedArena::PinnedArena(PinnedArena&& other) noexcept { *this = std::move(other); }

@@ -13,6 +13,14 @@
 // RLIMIT_MEMLOCK, raising the soft (and, when permitted, hard) limit first.
 // The mapping lives until the arena is destroyed; nothing unmaps it in between.
 //
+// A window arena (populate = false) does none of the populating: its pages
+// are faulted in when first touched (by the daemon or by a trainer sharing
+// the memfd) and locked as they arrive (mlock2 MLOCK_ONFAULT), and Discard
+// gives a range's memory back to the OS (a hole punched in the memfd), so
+// only the pages in use are resident. ZeRO-Infinity's exchange region is one:
+// its virtual size covers every slot of the rank, its memory only the slots
+// the job's budget keeps (docs/DAEMON.md, "the window").
+//
 // (These are OS specifics that STYLE.md places in core/sys/; that folder does
 // not exist yet, so they live here, behind this one class.)
 //
@@ -40,6 +48,9 @@ struct PinnedArenaOptions {
   uint64_t size_bytes = 0;             // > 0, a multiple of 4096
   MemoryLockMode lock = MemoryLockMode::kBestEffort;
   bool huge_pages = true;  // MADV_HUGEPAGE on the mapping
+  // Fault and lock every page at creation (true), or only as pages are
+  // touched (false: a window, see above).
+  bool populate = true;
 };
 
 class PinnedArena {
@@ -63,6 +74,16 @@ class PinnedArena {
   bool huge_pages_advised() const { return huge_pages_advised_; }
   // Why the arena is not locked, when kBestEffort fell back; else empty.
   const std::string& lock_note() const { return lock_note_; }
+
+  // Gives the memory of [offset, offset + bytes) back to the OS: a hole is
+  // punched in the memfd (every process mapping it sees the range read as
+  // zeros, and touching it again faults in fresh zeroed pages). Both must be
+  // multiples of 4096 and inside the arena (InvalidArgument otherwise).
+  // Safe to call while other threads use other ranges of the arena.
+  absl::Status Discard(uint64_t offset, uint64_t bytes);
+  // Bytes of memory the memfd holds now (its allocated blocks), whoever
+  // faulted them in: the arena's real footprint, unlike its size.
+  absl::StatusOr<uint64_t> ResidentBytes() const;
 
  private:
   void Reset();

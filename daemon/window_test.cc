@@ -1,0 +1,148 @@
+// The ZeRO-Infinity window's parts: ParamCache gives an evicted slot's memory
+// back (the arena's allocated blocks drop) and reads it back bit for bit;
+// GradSpill's gradients come back from NVMe bit-identical, in step order, and
+// leave nothing behind after DeleteAll.
+#include <cstring>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "daemon/grad_spill.h"
+#include "daemon/param_cache.h"
+#include "gtest/gtest.h"
+#include "swap/extent_store.h"
+#include "swap/io_engine.h"
+#include "swap/testing/test_dir.h"
+#include "tiers/pinned_arena.h"
+#include "tiers/transfer_executor.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kSlot = 4 * kPage;  // bytes per param slot in these tests
+constexpr uint64_t kJob = 7;
+
+class WindowTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dir = TestDir::Create("window");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_.emplace(std::move(*dir));
+    auto engine = NewPsyncEngine({});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    ExtentStoreOptions options;
+    options.paths = {dir_->path()};
+    options.capacity_bytes_per_path = 16 << 20;
+    options.sync_policy = SyncPolicy::kNever;
+    options.allow_buffered_fallback = true;
+    auto store = ExtentStore::Open(options, engine_.get());
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    auto workers = ThreadPoolExecutor::Create(1);
+    ASSERT_TRUE(workers.ok());
+    workers_ = std::move(*workers);
+  }
+
+  static std::vector<std::byte> Pattern(uint64_t bytes, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<std::byte> out(bytes);
+    for (std::byte& b : out) b = static_cast<std::byte>(rng());
+    return out;
+  }
+
+  std::optional<TestDir> dir_;
+  std::unique_ptr<IoEngine> engine_;
+  std::unique_ptr<ExtentStore> store_;
+  std::unique_ptr<ThreadPoolExecutor> workers_;
+};
+
+TEST_F(WindowTest, EvictedParamSlotsGiveTheirMemoryBackAndComeBackBitForBit) {
+  constexpr uint32_t kShards = 8;
+  PinnedArenaOptions o;
+  o.name = "strata-test-window";
+  o.size_bytes = kShards * kSlot;
+  o.huge_pages = false;
+  o.populate = false;
+  auto arena = PinnedArena::Create(o);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  std::vector<std::pair<uint32_t, uint32_t>> discarded;
+  ParamCache cache(
+      kJob, 1, store_.get(),
+      [&](uint32_t, uint32_t index) { return ParamCache::ShardRef{arena->data() + index * kSlot, kSlot}; },
+      /*budget_bytes=*/2 * kSlot, /*lookahead=*/0, workers_.get(),
+      [&](uint32_t rank, uint32_t index) {
+        discarded.emplace_back(rank, index);
+        ASSERT_TRUE(arena->Discard(index * kSlot, kSlot).ok());
+      });
+  // The trainer writes every slot (as before InitParams); each goes home and
+  // the cache keeps two.
+  for (uint32_t i = 0; i < kShards; ++i) {
+    const std::vector<std::byte> p = Pattern(kSlot, i);
+    std::memcpy(arena->data() + i * kSlot, p.data(), kSlot);
+    ASSERT_TRUE(cache.StoreHome(0, i).ok());
+  }
+  EXPECT_EQ(discarded.size(), kShards - 2);
+  EXPECT_EQ(cache.resident_bytes(), 2 * kSlot);
+  EXPECT_EQ(*arena->ResidentBytes(), 2 * kSlot);  // the memory really went back
+  // Every shard comes back as it was stored, and memory stays within budget.
+  for (uint32_t i = 0; i < kShards; ++i) {
+    ASSERT_TRUE(cache.Acquire(0, {i}, absl::Now() + absl::Seconds(10)).ok());
+    const std::vector<std::byte> p = Pattern(kSlot, i);
+    ASSERT_EQ(std::memcmp(arena->data() + i * kSlot, p.data(), kSlot), 0) << "shard " << i;
+    ASSERT_TRUE(cache.Release(0, {i}).ok());
+    EXPECT_LE(*arena->ResidentBytes(), 2 * kSlot);
+  }
+  // Bytes reserved by others (gradients) push params out, pinned ones stay.
+  ASSERT_TRUE(cache.Acquire(0, {3}, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(cache.SetReserved(2 * kSlot), kSlot);  // only the pinned shard is left
+  EXPECT_EQ(*arena->ResidentBytes(), kSlot);
+  EXPECT_FALSE(cache.Drop(0, 3));  // pinned
+  ASSERT_TRUE(cache.Release(0, {3}).ok());
+  EXPECT_TRUE(cache.Drop(0, 3));
+  EXPECT_EQ(*arena->ResidentBytes(), 0u);
+  EXPECT_EQ(cache.SetReserved(0), 0u);
+}
+
+TEST_F(WindowTest, SpilledGradientsComeBackBitIdenticalInStepOrder) {
+  auto spill = GradSpill::Create(kJob, store_.get(), 3 * kPage);
+  ASSERT_TRUE(spill.ok()) << spill.status();
+  EXPECT_EQ((*spill)->staging_bytes(), 6 * kPage);
+  // Slots of different sizes; slot memory is page-aligned, as in a region.
+  const uint64_t sizes[] = {3 * kPage, kPage, 2 * kPage, 3 * kPage};
+  std::vector<std::vector<std::byte>> grads;
+  auto buffer = AlignedBuffer::Allocate(3 * kPage, kPage);
+  ASSERT_TRUE(buffer.ok());
+  for (uint32_t i = 0; i < 4; ++i) {
+    grads.push_back(Pattern(sizes[i], 100 + i));
+    std::memcpy(buffer->data(), grads[i].data(), sizes[i]);
+    ASSERT_TRUE((*spill)->Spill(i % 2, i, absl::Span<const std::byte>(buffer->data(), sizes[i])).ok());
+  }
+  EXPECT_EQ((*spill)->spilled_bytes(), 9 * kPage);
+  // Shard 2 spilled again (a re-sent gradient) replaces the first copy.
+  grads[2] = Pattern(sizes[2], 999);
+  std::memcpy(buffer->data(), grads[2].data(), sizes[2]);
+  ASSERT_TRUE((*spill)->Spill(0, 2, absl::Span<const std::byte>(buffer->data(), sizes[2])).ok());
+  // The step wants 3, 0, 2 (1 stayed in its slot).
+  std::vector<std::pair<ShardId, uint64_t>> order = {
+      {ShardId{1, 3}, sizes[3]}, {ShardId{0, 0}, sizes[0]}, {ShardId{0, 2}, sizes[2]}};
+  (*spill)->BeginReadback(order);
+  for (const auto& [id, bytes] : order) {
+    auto got = (*spill)->Next(id);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(std::memcmp(*got, grads[id.index].data(), bytes), 0) << "shard " << id.index;
+  }
+  EXPECT_EQ((*spill)->read_back_bytes(), 8 * kPage);
+  // Out of order is refused, not answered with another shard's bytes.
+  (*spill)->BeginReadback({{ShardId{1, 3}, sizes[3]}});
+  EXPECT_EQ((*spill)->Next(ShardId{0, 0}).status().code(), absl::StatusCode::kInternal);
+  (*spill)->EndReadback();
+  // Deleted before the job's commit: nothing of them is left, durable or not.
+  (*spill)->DeleteAll();
+  ASSERT_TRUE(store_->Commit(kJob).ok());
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_FALSE(store_->Contains(GradSpill::Key(kJob, i % 2, i))) << i;
+}
+
+}  // namespace
+}  // namespace strata
