@@ -340,6 +340,7 @@ absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, b
   rank.grad_ready.assign(rank.slots.size(), false);
   rank.applied.assign(rank.slots.size(), false);
   rank.grad_at.assign(rank.slots.size(), RankState::kNowhere);
+  rank.grad_signals.assign(rank.slots.size(), 0);
   for (const ExchangeSlot& slot : rank.slots) {
     STRATA_RETURN_IF_ERROR(adopt ? states_->Adopt(r, slot.layout.index, slot.layout.padded_numel)
                                  : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
@@ -591,6 +592,20 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
                      settings_.world_size));
   }
   if (tensors.empty()) return absl::InvalidArgumentError("RegisterTensors: no tensors given");
+  if (registered_ && rank < ranks_.size() && ranks_[rank].built && param_cache_ != nullptr) {
+    // A re-attached rank (its process restarted) is about to map the window
+    // and write gradients again. Gradients its previous process sent may
+    // still be inspected and spilled, and a spill ends by discarding the
+    // slot: let those finish first, or the discard could zero what the new
+    // process writes. Inspections take milliseconds to a few seconds.
+    constexpr absl::Duration kQuiesceTimeout = absl::Minutes(2);
+    if (!mu_.AwaitWithTimeout(absl::Condition(+[](uint32_t* work) { return *work == 0; }, &ranks_[rank].grad_work),
+                              kQuiesceTimeout)) {
+      return absl::UnavailableError(absl::StrCat("rank ", rank, " of job '", settings_.name,
+                                                 "': its previous process's gradients are still being taken in "
+                                                 "after ", absl::FormatDuration(kQuiesceTimeout), "; register again"));
+    }
+  }
   if (!registered_) {
     tensors_ = tensors;
     group_of_ = groups;
@@ -837,7 +852,11 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     for (bool ready : rs.grad_ready) grads_missing_ += ready ? 0 : 1;
   }
   // Sending a gradient again replaces it: inspect the new contents.
-  if (inspect_queued_.insert({rank, index}).second) queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
+  if (r.grad_signals.size() == r.slots.size()) ++r.grad_signals[index];
+  if (inspect_queued_.insert({rank, index}).second) {
+    queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
+    ++r.grad_work;
+  }
   if (grads_missing_ == 0) {
     if (settings_.external_step_agreement) {
       // The step waits for CommitStep; PrepareStep gets this daemon's share.
@@ -996,6 +1015,9 @@ void Job::RunTurn() {
     }
   }
   absl::MutexLock lock(&mu_);
+  if (item.kind == WorkItem::kInspect && item.rank < ranks_.size() && ranks_[item.rank].grad_work > 0) {
+    --ranks_[item.rank].grad_work;
+  }
   turn_scheduled_ = false;
   ScheduleLocked();      // the next item waits behind other jobs' turns
   changed_.SignalAll();  // Stop waits for the last turn
@@ -1056,11 +1078,10 @@ void Job::FitWindowLocked(uint32_t rank, uint32_t index) {
   // gradient, inspected already, goes to NVMe until the step needs it.
   const ExchangeSlot slot = r.slots[index];
   const uint64_t bytes = GradSlotBytes(slot);
+  const uint64_t signals = index < r.grad_signals.size() ? r.grad_signals[index] : 0;
   mu_.Unlock();
   absl::Status spilled = grad_spill_->Spill(rank, index, absl::Span<const std::byte>(GradSlot(rank, slot), bytes));
-  if (spilled.ok()) {
-    DiscardGradSlot(rank, slot);
-  } else {
+  if (!spilled.ok()) {
     // A device fault (EIO, ENOSPC, a torn write) is reported as a failed
     // step would be, not hidden: nothing of the step is kept (the spills so
     // far are dropped) and the job is reloaded from its last commit when its
@@ -1081,6 +1102,12 @@ void Job::FitWindowLocked(uint32_t rank, uint32_t index) {
     return;
   }
   if (r.grad_at[index] != RankState::kInSlot) return;
+  // The trainer sent this gradient again while it was being written out: the
+  // slot holds the new one (its inspection is queued) and the copy on NVMe is
+  // stale, so the slot is kept. Checked and discarded under mu_, so a
+  // GradReady cannot slip in between.
+  if (index < r.grad_signals.size() && r.grad_signals[index] != signals) return;
+  DiscardGradSlot(rank, slot);
   r.grad_at[index] = RankState::kSpilled;
   grad_resident_bytes_ -= bytes;
   counters_.grad_bytes_spilled += bytes;

@@ -235,6 +235,13 @@ class Job {
     // Infinity: where each shard's gradient of the open step is.
     enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled };
     std::vector<GradAt> grad_at;
+    // GradReady signals per shard (any step): a spill that finds the count
+    // changed leaves the slot alone -- it holds a re-sent gradient.
+    std::vector<uint64_t> grad_signals;
+    // Inspections of this rank's gradients queued or running (each may
+    // spill and then discard the slot). A re-attached rank's Register waits
+    // for 0, so its new process never writes a slot a discard then zeroes.
+    uint32_t grad_work = 0;
     bool built = false;         // slots, region and states exist
     PinnedBudget::Reservation pinned;  // the region and (offload) host states
   };
