@@ -154,11 +154,11 @@ def child(variant, steps, warmup, threads, socket, nvme, store, infinity_budget)
 
 # ----- the parent: daemons, table, JSON --------------------------------------------------------
 
-def start_daemon(stratad, directory, threads, pinned, nvme=None):
+def start_daemon(stratad, directory, threads, pinned, io_engine, fsync, nvme=None):
     sock = os.path.join(directory, "s.sock")
     log = open(os.path.join(directory, "stratad.log"), "w")
-    extra = ["--nvme_path", nvme, "--nvme_capacity", "4GiB"] if nvme else []
-    proc = subprocess.Popen([stratad, "--socket", sock, "--device", "emulated", "--io_engine", "psync",
+    extra = ["--nvme_path", nvme, "--nvme_capacity", "4GiB", "--fsync_policy", fsync] if nvme else []
+    proc = subprocess.Popen([stratad, "--socket", sock, "--device", "emulated", "--io_engine", io_engine,
                              "--optimizer_threads", str(threads), "--pinned_capacity", pinned, *extra],
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 60
@@ -194,7 +194,8 @@ def run_variant(variant, args, stratad):
         nvme = os.path.join(d, "nvme")
         os.makedirs(nvme)
         if variant.startswith("strata"):
-            daemon, socket, log = start_daemon(stratad, d, args.threads, args.pinned_capacity,
+            daemon, socket, log = start_daemon(stratad, d, args.threads, args.pinned_capacity, args.io_engine,
+                                               args.fsync_policy,
                                                nvme if variant == "strata-infinity" else None)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, "--steps", str(args.steps),
                "--dim", str(args.dim), "--layers", str(args.layers),
@@ -312,6 +313,11 @@ def main():
     ap.add_argument("--timeout", type=int, default=900, help="seconds per variant")
     ap.add_argument("--dim", type=int, default=MODEL["dim"], help="model width (a quick try: --dim 64 --layers 2)")
     ap.add_argument("--layers", type=int, default=MODEL["layers"])
+    ap.add_argument("--io_engine", default="auto",
+                    help="stratad's NVMe engine (auto, io_uring, libaio, psync); DeepSpeed's peer uses libaio")
+    ap.add_argument("--fsync_policy", default="never",
+                    help="stratad's NVMe fsync policy for strata-infinity (DeepSpeed's swap files are never "
+                         "fsynced: 'never' compares like with like; batched is stratad's default)")
     ap.add_argument("--infinity_budget", type=float, default=0.25,
                     help="strata-infinity: the fraction of the params stratad may keep in host memory")
     ap.add_argument("--child", help=argparse.SUPPRESS)
