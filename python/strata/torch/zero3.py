@@ -272,7 +272,9 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                 self._session.acquire(indices)
             try:
                 for t in ts:
-                    self._params[t].data = self._param_slot[t][:self._numel[t]].clone().view(self._shape[t])
+                    full = torch.empty(self._shape[t], dtype=self._dtype)
+                    offload._copy(full.view(-1), self._param_slot[t][:self._numel[t]])
+                    self._params[t].data = full
                     self._gathered[t] = True
             finally:
                 if self._mode == "infinity" and indices:
@@ -379,7 +381,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             own = self._own[t]
             slot = self._grad_slot[t]
             if micro % self._gas == 1 or self._gas == 1:
-                slot[:own].copy_(chunk[:own])
+                offload._copy(slot[:own], chunk[:own])
             else:
                 slot[:own].add_(chunk[:own])
             if micro % self._gas == 0:
