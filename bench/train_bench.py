@@ -5,6 +5,9 @@
   deepspeed-offload   DeepSpeed's engine, ZeRO-2, offload_optimizer cpu (DeepSpeedCPUAdam)
   deepspeed-infinity  DeepSpeed's engine, ZeRO-3, params and optimizer states on NVMe (aio)
   strata-offload      strata.torch.OffloadAdamW: the step runs in a private stratad
+  strata-infinity     strata.torch.Zero3AdamW(mode="infinity"): ZeRO-3, params and optimizer
+                      states on the daemon's NVMe tier (a file under the run's temporary
+                      directory), at most --infinity_budget of the params in its host memory
 
 Each variant runs in its own process (one rank; the process group, where
 DeepSpeed needs one, is gloo) for --steps iterations; the first --warmup are
@@ -15,8 +18,11 @@ and of the daemon, the CPU the trainer used, and the losses (every variant
 must see the same first loss: same model, same data). Prints a table with
 ratios to DeepSpeed's offload step and writes --json FILE.
 
-strata infinity is not in the table: strata.torch runs ZeRO-Offload only
-(mode 'offload'); its ZeRO-3 module hooks are another change.
+Like with like: every variant is fp32 (no loss scaling) without gradient
+clipping, AdamW with the same hyperparameters and the same two param groups;
+the two ZeRO-3 variants keep params of at most 1e5 elements whole in the trainer
+(DeepSpeed's stage3_param_persistence_threshold default). For the strata variants
+the trainer's hand-off/wait/copy-back split of step() is reported too.
 
     strata bench train [--json FILE] [--steps 6] [--variants a,b]   # runs this script in the venv
 """
@@ -35,7 +41,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
-VARIANTS = ["torch-fused", "deepspeed-offload", "deepspeed-infinity", "strata-offload"]
+VARIANTS = ["torch-fused", "deepspeed-offload", "deepspeed-infinity", "strata-offload", "strata-infinity"]
+PERSISTENCE = 100_000   # DeepSpeed 0.19.8's stage3_param_persistence_threshold default
 MODEL = dict(dim=768, layers=14, heads=12, context=128, batch=4, lr=3e-4, weight_decay=0.1)
 
 
@@ -66,7 +73,7 @@ def decay_groups(model, weight_decay):
 
 # ----- one variant, in its own process --------------------------------------------------------
 
-def child(variant, steps, warmup, threads, socket, nvme, store):
+def child(variant, steps, warmup, threads, socket, nvme, store, infinity_budget):
     import torch
     import torch.distributed as dist
     import tiny_gpt
@@ -87,7 +94,7 @@ def child(variant, steps, warmup, threads, socket, nvme, store):
         deepspeed.init_distributed(dist_backend="gloo")
         zero = {"stage": 2, "offload_optimizer": {"device": "cpu"}}
         if variant == "deepspeed-infinity":
-            zero = {"stage": 3,
+            zero = {"stage": 3, "stage3_param_persistence_threshold": PERSISTENCE,
                     "offload_param": {"device": "nvme", "nvme_path": nvme, "pin_memory": False},
                     "offload_optimizer": {"device": "nvme", "nvme_path": nvme, "pin_memory": False}}
         config = {"train_micro_batch_size_per_gpu": m["batch"], "gradient_accumulation_steps": 1,
@@ -103,9 +110,14 @@ def child(variant, steps, warmup, threads, socket, nvme, store):
     elif variant == "strata-offload":
         import strata.torch as st
         opt = st.OffloadAdamW(groups, lr=m["lr"], betas=(0.9, 0.999), eps=1e-8, socket=socket)
+    elif variant == "strata-infinity":
+        import strata.torch as st
+        opt = st.Zero3AdamW(model, groups, lr=m["lr"], betas=(0.9, 0.999), eps=1e-8, socket=socket,
+                            mode="infinity", persistence_threshold=PERSISTENCE,
+                            pinned_budget_bytes=int(infinity_budget * n_params) * 4)
     else:
         raise ValueError(variant)
-    iters, step_parts, losses = [], [], []
+    iters, step_parts, losses, parts = [], [], [], []
     cpu0 = time.process_time()
     wall0 = time.perf_counter()
     for step in range(steps):
@@ -127,23 +139,27 @@ def child(variant, steps, warmup, threads, socket, nvme, store):
         if step >= warmup:
             iters.append(t2 - t0)
             step_parts.append(t2 - t1)
+            if getattr(opt, "last_step_times", None):
+                parts.append(dict(opt.last_step_times))
     cpu = time.process_time() - cpu0
     wall = time.perf_counter() - wall0
     mem = proc_status()
     if opt is not None and hasattr(opt, "close"):
         opt.close()
     print(json.dumps({"variant": variant, "params": n_params, "iter_s": statistics.median(iters),
-                      "step_s": statistics.median(step_parts), "iters": iters, "losses": losses,
+                      "step_s": statistics.median(step_parts), "iters": iters, "steps": step_parts,
+                      "step_parts": parts, "losses": losses,
                       "trainer_cpu_pct": 100.0 * cpu / wall, "trainer": mem}), flush=True)
 
 
 # ----- the parent: daemons, table, JSON --------------------------------------------------------
 
-def start_daemon(stratad, directory, threads, pinned):
+def start_daemon(stratad, directory, threads, pinned, io_engine, fsync, nvme=None):
     sock = os.path.join(directory, "s.sock")
     log = open(os.path.join(directory, "stratad.log"), "w")
-    proc = subprocess.Popen([stratad, "--socket", sock, "--device", "emulated", "--io_engine", "psync",
-                             "--optimizer_threads", str(threads), "--pinned_capacity", pinned],
+    extra = ["--nvme_path", nvme, "--nvme_capacity", "4GiB", "--fsync_policy", fsync] if nvme else []
+    proc = subprocess.Popen([stratad, "--socket", sock, "--device", "emulated", "--io_engine", io_engine,
+                             "--optimizer_threads", str(threads), "--pinned_capacity", pinned, *extra],
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -175,14 +191,17 @@ def run_variant(variant, args, stratad):
     with tempfile.TemporaryDirectory(prefix="strata-bench-train-") as d:
         daemon = log = None
         socket = ""
-        if variant.startswith("strata"):
-            daemon, socket, log = start_daemon(stratad, d, args.threads, args.pinned_capacity)
         nvme = os.path.join(d, "nvme")
         os.makedirs(nvme)
+        if variant.startswith("strata"):
+            daemon, socket, log = start_daemon(stratad, d, args.threads, args.pinned_capacity, args.io_engine,
+                                               args.fsync_policy,
+                                               nvme if variant == "strata-infinity" else None)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", variant, "--steps", str(args.steps),
                "--dim", str(args.dim), "--layers", str(args.layers),
                "--warmup", str(args.warmup), "--threads", str(args.threads), "--socket", socket,
-               "--nvme", nvme, "--store", os.path.join(d, "store")]
+               "--nvme", nvme, "--store", os.path.join(d, "store"),
+               "--infinity_budget", str(args.infinity_budget)]
         load0 = os.getloadavg()[0]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -213,15 +232,24 @@ def run_variant(variant, args, stratad):
         return result
 
 
+# Each strata variant against its DeepSpeed peer (issue 9's targets).
+PEERS = {"strata-offload": "deepspeed-offload", "strata-infinity": "deepspeed-infinity"}
+
+
+def total_mib(r):
+    return r["trainer"]["VmHWM"] + (r["daemon"]["VmHWM"] if r.get("daemon") else 0.0)
+
+
 def print_table(results, info):
     print(f"strata bench train: GPT {info['params'] / 1e6:.1f}M params (dim {MODEL['dim']}, {MODEL['layers']} "
           f"layers, context {MODEL['context']}, batch {MODEL['batch']}), 1 rank, {info['threads']} threads, "
           f"{info['steps']} iterations ({info['warmup']} untimed)")
     print(f"machine: {info['machine']['cpu']} ({info['machine']['isa']}), {info['machine']['cores']} cores, "
           f"load average {info['machine']['loadavg']:.1f} at start")
-    ds = next((r for r in results if r["variant"] == "deepspeed-offload" and "error" not in r), None)
-    head = (f"{'variant':<20} {'iter s':>8} {'step() s':>9} {'step/DS':>8} {'iter/DS':>8} {'trainer MiB':>12} "
-            f"{'(anon+shm)':>14} {'daemon MiB':>11} {'total MiB':>10} {'cpu%':>5} {'load':>10}")
+    ok = {r["variant"]: r for r in results if "error" not in r}
+    ds = ok.get("deepspeed-offload")
+    head = (f"{'variant':<20} {'iter s':>8} {'step() s':>9} {'step/DS':>8} {'iter/DS':>8} {'vs peer':>8} "
+            f"{'trainer MiB':>12} {'(anon+shm)':>14} {'daemon MiB':>11} {'total MiB':>10} {'cpu%':>5} {'load':>10}")
     print(head)
     for r in results:
         if "error" in r:
@@ -231,14 +259,44 @@ def print_table(results, info):
         dmem = r["daemon"]["VmHWM"] if r.get("daemon") else 0.0
         ratio_step = f"{r['step_s'] / ds['step_s']:.2f}x" if ds else "-"
         ratio_iter = f"{r['iter_s'] / ds['iter_s']:.2f}x" if ds else "-"
+        peer = ok.get(PEERS.get(r["variant"], ""))
+        vs_peer = f"{r['step_s'] / peer['step_s']:.2f}x" if peer else "-"
         print(f"{r['variant']:<20} {r['iter_s']:8.2f} {r['step_s']:9.2f} {ratio_step:>8} {ratio_iter:>8} "
-              f"{t['VmHWM']:12.0f} {t['RssAnon']:7.0f}+{t['RssShmem']:<6.0f} {dmem:11.0f} {t['VmHWM'] + dmem:10.0f} "
-              f"{r['trainer_cpu_pct']:5.0f} {r['loadavg'][0]:4.1f}-{r['loadavg'][1]:<4.1f}")
+              f"{vs_peer:>8} {t['VmHWM']:12.0f} {t['RssAnon']:7.0f}+{t['RssShmem']:<6.0f} {dmem:11.0f} "
+              f"{t['VmHWM'] + dmem:10.0f} {r['trainer_cpu_pct']:5.0f} {r['loadavg'][0]:4.1f}-{r['loadavg'][1]:<4.1f}")
     firsts = {r["variant"]: r["losses"][0] for r in results if "error" not in r}
     print("first loss per variant (same model and data): " +
           ", ".join(f"{k} {v:.6f}" for k, v in firsts.items()))
     print("trainer MiB is the process's peak (VmHWM); (anon+shm) its anonymous and shared memory at the end "
           "(strata's shared exchange slots are the shm part, also mapped by the daemon)")
+    for r in results:
+        if "error" in r or not r.get("step_parts"):
+            continue
+        med = {k: statistics.median(p[k] for p in r["step_parts"]) for k in r["step_parts"][0]}
+        print(f"{r['variant']}: trainer's share of an iteration (medians, s): " +
+              ", ".join(f"{k[:-2]} {v:.3f}" for k, v in med.items()))
+    print("targets (issue 9):")
+    for variant, peer_name in PEERS.items():
+        r, peer = ok.get(variant), ok.get(peer_name)
+        if r is None or peer is None:
+            print(f"  {variant} step <= 0.8x {peer_name}'s: not measured")
+            continue
+        ratio = r["step_s"] / peer["step_s"]
+        line = (f"  {variant} step <= 0.8x {peer_name}'s: {ratio:.2f}x "
+                f"({'met' if ratio <= 0.8 else 'missed'})")
+        if variant == "strata-infinity":
+            line += (f"; memory (trainer + daemon peak) {total_mib(r):.0f} MiB vs {total_mib(peer):.0f} MiB "
+                     f"({'met' if total_mib(r) <= total_mib(peer) else 'missed'})")
+        print(line)
+    r, torch_r = ok.get("strata-offload"), ok.get("torch-fused")
+    if r is not None:
+        n = info["params"]
+        # What the trainer may hold: the model (fp32 params), its grads and the activations.
+        # torch's in-process run holds those plus two fp32 moments: its anon memory less the moments.
+        budget = f"{torch_r['trainer']['RssAnon'] - 2 * n * 4 / 2**20:.0f} MiB" if torch_r else "-"
+        print(f"  strata-offload's trainer holds no optimizer state: anon {r['trainer']['RssAnon']:.0f} MiB "
+              f"+ shared slots {r['trainer']['RssShmem']:.0f} MiB; params {n * 4 / 2**20:.0f} MiB, grads "
+              f"{n * 4 / 2**20:.0f} MiB; torch-fused's anon less its moments {budget}")
 
 
 def main():
@@ -255,6 +313,13 @@ def main():
     ap.add_argument("--timeout", type=int, default=900, help="seconds per variant")
     ap.add_argument("--dim", type=int, default=MODEL["dim"], help="model width (a quick try: --dim 64 --layers 2)")
     ap.add_argument("--layers", type=int, default=MODEL["layers"])
+    ap.add_argument("--io_engine", default="auto",
+                    help="stratad's NVMe engine (auto, io_uring, libaio, psync); DeepSpeed's peer uses libaio")
+    ap.add_argument("--fsync_policy", default="never",
+                    help="stratad's NVMe fsync policy for strata-infinity (DeepSpeed's swap files are never "
+                         "fsynced: 'never' compares like with like; batched is stratad's default)")
+    ap.add_argument("--infinity_budget", type=float, default=0.25,
+                    help="strata-infinity: the fraction of the params stratad may keep in host memory")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--socket", help=argparse.SUPPRESS)
     ap.add_argument("--nvme", help=argparse.SUPPRESS)
@@ -262,7 +327,8 @@ def main():
     args = ap.parse_args()
     MODEL.update(dim=args.dim, layers=args.layers, heads=12 if args.dim % 12 == 0 else 4)
     if args.child:
-        child(args.child, args.steps, args.warmup, args.threads, args.socket, args.nvme, args.store)
+        child(args.child, args.steps, args.warmup, args.threads, args.socket, args.nvme, args.store,
+              args.infinity_budget)
         return 0
     if args.steps <= args.warmup:
         ap.error(f"--steps {args.steps} must exceed --warmup {args.warmup}")

@@ -33,6 +33,7 @@ register the same partition, so the two give the same bits.
 """
 import os
 import socket as _socket
+import time
 import types
 import uuid
 
@@ -215,6 +216,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         for t, p in enumerate(self._params):
             self._hooks.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(t)))
         self.last_grad_norm = None
+        self.last_step_times = {}
         self.last_step_skipped = False
         self.lr_scheduler = None
         self.loss_divisor = 1
@@ -262,8 +264,23 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         if not ts:
             return
         total = sum(self._chunk[t] for t in ts)
-        mine = torch.zeros(total, dtype=self._dtype)
         indices = [t for t in ts if self._own[t]]
+        if not self._comm.distributed:
+            # One rank owns every element: each param is a copy of its slot (one pass, no
+            # zeroed staging buffer, no all-gather, no second copy).
+            if self._mode == "infinity" and indices:
+                self._session.acquire(indices)
+            try:
+                for t in ts:
+                    full = torch.empty(self._shape[t], dtype=self._dtype)
+                    offload._copy(full.view(-1), self._param_slot[t][:self._numel[t]])
+                    self._params[t].data = full
+                    self._gathered[t] = True
+            finally:
+                if self._mode == "infinity" and indices:
+                    self._session.release(indices)
+            return
+        mine = torch.zeros(total, dtype=self._dtype)
         if self._mode == "infinity" and indices:
             # Offload mode keeps every param slot current: its Acquire would be a no-op RPC.
             self._session.acquire(indices)
@@ -336,16 +353,18 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         """Starts the reduce-scatter of param t's gradient; its chunk lands in the grad slot when
         the collective completes (checked without waiting here, waited for in step())."""
         world, c = self._comm.world_size, self._chunk[t]
-        flat = torch.zeros(c * world, dtype=self._dtype)
-        flat[:self._numel[t]].copy_(param.grad.reshape(-1))
-        param.grad = None
         work = None
-        if self._comm.distributed:
+        if not self._comm.distributed:
+            # One rank owns the whole tensor: its gradient goes to the slot as it is (no padded copy).
+            flat = chunk = param.grad.reshape(-1)
+            param.grad = None
+        else:
+            flat = torch.zeros(c * world, dtype=self._dtype)
+            flat[:self._numel[t]].copy_(param.grad.reshape(-1))
+            param.grad = None
             flat.div_(world)   # as DDP: the average is the sum of grad / world
             chunk = torch.empty(c, dtype=self._dtype)
             work = dist.reduce_scatter_tensor(chunk, flat, group=self._comm.group, async_op=True)
-        else:
-            chunk = flat
         self._micro[t] += 1
         # Collectives complete in the order they were issued: the queue is drained from the front.
         self._pending.append((t, self._micro[t], chunk, flat, work))
@@ -362,7 +381,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             own = self._own[t]
             slot = self._grad_slot[t]
             if micro % self._gas == 1 or self._gas == 1:
-                slot[:own].copy_(chunk[:own])
+                offload._copy(slot[:own], chunk[:own])
             else:
                 slot[:own].add_(chunk[:own])
             if micro % self._gas == 0:
@@ -383,6 +402,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._check_hparams_unchanged()
+        t0 = time.perf_counter()
         self._complete(wait=True)
         self._begin_step()
         for t in range(len(self._params)):
@@ -391,7 +411,9 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             if self._micro[t] == 0:     # no gradient this step (an unused param): zeros, as DDP
                 self._grad_slot[t][:self._own[t]].zero_()
             self._session.grad_ready(t, self._step_index)
+        t1 = time.perf_counter()
         result = self._session.wait_step(self._step_index)
+        t2 = time.perf_counter()
         self.last_grad_norm = result["grad_norm"]
         self.last_step_skipped = result["skipped"]
         for t in range(len(self._params)):
@@ -407,6 +429,9 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                 self.lr_scheduler.step()
         if self._mode == "infinity":
             self._session.iteration_boundary()
+        # Where step()'s time went (as the offload optimizer's last_step_times).
+        self.last_step_times = {"handoff_in_step_s": t1 - t0, "wait_s": t2 - t1,
+                                "gather_s": time.perf_counter() - t2}
         self._optimizer_steps = result["optimizer_steps"]
         self._step_index += 1
         self._micro = [0] * len(self._params)
