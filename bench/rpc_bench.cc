@@ -42,7 +42,6 @@ struct Flags {
   uint32_t handoff_reps = 15;
   absl::Duration settle = absl::Milliseconds(50);
   uint32_t daemon_threads = 0;  // 0: the daemon's default (one per core)
-  std::string doorbell_slice_us;  // passed to the private daemon; empty: its default
   uint64_t worker_calls = 0;  // internal: run as a client process
   // Elements of the job kept stepping in the background while GradReady is
   // measured (0: an idle daemon).
@@ -128,7 +127,6 @@ absl::Status RpcBench::Connect() {
     BenchDaemonOptions options;
     options.work_dir = scratch_->path();
     options.optimizer_threads = f_.daemon_threads;
-    if (!f_.doorbell_slice_us.empty()) options.extra_args.push_back("--doorbell_slice_us=" + f_.doorbell_slice_us);
     STRATA_ASSIGN_OR_RETURN(daemon_, BenchDaemon::Start(options));
     socket_ = daemon_->socket_path();
     std::printf("daemon: private %s on %s (log %s)\n", daemon_->binary().c_str(), socket_.c_str(),
@@ -462,7 +460,6 @@ absl::Status RpcBench::WriteJson() const {
   j["config"] = {{"calls", f_.calls},
                  {"background_step_elements", f_.background_elements},
                  {"daemon_threads", f_.daemon_threads},
-                 {"doorbell_slice_us", f_.doorbell_slice_us.empty() ? "daemon default" : f_.doorbell_slice_us},
                  {"private_daemon", daemon_ != nullptr},
                  {"load_average_start", load_start_},
                  {"load_average_end", load_end_}};
@@ -532,9 +529,6 @@ int RunRpcBench(int argc, char** argv) {
     f.daemon_threads = static_cast<uint32_t>(n);
     return absl::OkStatus();
   }, "optimizer threads of the private daemon (default: its own default, one per core)");
-  cl.AddString("doorbell_slice_us", &f.doorbell_slice_us,
-               "the private daemon's doorbell scheduler slice in us (0: the kernel's default; default: the "
-               "daemon's, 100)");
   cl.AddParsed("background_elements", [&](absl::string_view v) -> absl::Status {
     if (v == "0") {
       f.background_elements = 0;

@@ -208,15 +208,6 @@ absl::StatusOr<DaemonSettings> ResolveDaemonSettings(const strata::v1::DaemonCon
   s.job_worker_threads = c.job_worker_threads() != 0
                              ? c.job_worker_threads()
                              : std::clamp(std::thread::hardware_concurrency(), 2u, 64u);
-  if (c.has_doorbell_slice_us()) {
-    const uint32_t us = c.doorbell_slice_us();
-    if (us != 0 && (us < 100 || us > 100000)) {
-      return absl::InvalidArgumentError(absl::StrCat("doorbell_slice_us: ", us,
-                                                     " is not valid; expected 100..100000 (the kernel's range) or 0 "
-                                                     "for the kernel's default"));
-    }
-    s.doorbell_slice = absl::Microseconds(us);
-  }
   s.reattach_timeout = absl::Seconds(c.reattach_timeout_s() == 0 ? 300 : c.reattach_timeout_s());
   s.lease_timeout = absl::Seconds(c.lease_timeout_s() == 0 ? 60 : c.lease_timeout_s());
   if (c.metrics_port() > 65535) {
@@ -256,9 +247,6 @@ std::string DescribeDaemonSettings(const DaemonSettings& s) {
       "fsync_policy: ", fsync(s.fsync_policy), "\n",
       "optimizer_threads: ", s.optimizer_threads, s.pin_optimizer_threads ? " (pinned)" : "", "\n",
       "job_worker_threads: ", s.job_worker_threads, "\n",
-      "doorbell_slice: ",
-      s.doorbell_slice == absl::ZeroDuration() ? std::string("(kernel default)") : absl::FormatDuration(s.doorbell_slice),
-      "\n",
       "reattach_timeout: ", absl::FormatDuration(s.reattach_timeout), "\n",
       "lease_timeout: ", absl::FormatDuration(s.lease_timeout), "\n",
       "metrics_port: ", s.metrics_port == 0 ? std::string("(off)") : absl::StrCat(s.metrics_port), "\n",

@@ -36,7 +36,6 @@ struct DaemonSettings {
   uint32_t optimizer_threads = 0;
   bool pin_optimizer_threads = false;
   uint32_t job_worker_threads = 0;  // the shared job worker pool (>= 1)
-  absl::Duration doorbell_slice = absl::Microseconds(100);  // 0: the kernel's default
   absl::Duration reattach_timeout;
   absl::Duration lease_timeout;
   uint32_t metrics_port = 0;

@@ -90,24 +90,6 @@ TEST(DaemonConfigTest, JobWorkerPoolIsBoundedWithAPerCoreDefault) {
   EXPECT_NE(bad.status().message().find("job_worker_threads"), std::string::npos) << bad.status();
 }
 
-TEST(DaemonConfigTest, DoorbellSliceDefaultsToTheKernelsMinimumAndIsRangeChecked) {
-  strata::v1::DaemonConfig c;
-  EXPECT_EQ(ResolveDaemonSettings(c, "")->doorbell_slice, absl::Microseconds(100));
-  c.set_doorbell_slice_us(0);
-  EXPECT_EQ(ResolveDaemonSettings(c, "")->doorbell_slice, absl::ZeroDuration());
-  EXPECT_NE(DescribeDaemonSettings(*ResolveDaemonSettings(c, "")).find("doorbell_slice: (kernel default)"),
-            std::string::npos);
-  c.set_doorbell_slice_us(2500);
-  EXPECT_EQ(ResolveDaemonSettings(c, "")->doorbell_slice, absl::Microseconds(2500));
-  for (uint32_t bad : {1u, 99u, 100001u}) {
-    c.set_doorbell_slice_us(bad);
-    auto s = ResolveDaemonSettings(c, "");
-    ASSERT_FALSE(s.ok()) << bad;
-    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(s.status().message().find("doorbell_slice_us"), std::string::npos) << s.status();
-  }
-}
-
 TEST(DaemonConfigTest, UnknownFieldsAndMissingFilesAreErrors) {
   std::string path = WriteTemp("unknown.textpb", "sokcet_path: \"/x\"\n");
   auto config = LoadDaemonConfigFile(path);

@@ -116,15 +116,12 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   server->job_workers_ = std::move(*job_workers);
   server->choices_.push_back(
       absl::StrCat("job workers: ", settings.job_worker_threads, " threads, shared by every job"));
-  DoorbellHub::Options doorbell_options;
-  doorbell_options.slice = settings.doorbell_slice;
-  auto doorbells = DoorbellHub::Create(doorbell_options);
+  auto doorbells = DoorbellHub::Create();
   if (!doorbells.ok()) return doorbells.status();
   server->doorbells_ = std::move(*doorbells);
-  server->choices_.push_back(absl::StrCat(
-      "per-bucket signals: doorbell (shared-memory ring + eventfd, one poller thread, scheduler slice ",
-      settings.doorbell_slice == absl::ZeroDuration() ? "kernel default" : absl::FormatDuration(settings.doorbell_slice),
-      "); gRPC for control and as fallback"));
+  server->choices_.push_back(
+      "per-bucket signals: doorbell (shared-memory ring + eventfd, one poller thread); gRPC for control and "
+      "as fallback");
   JobServices services;
   services.workers = server->job_workers_.get();
   services.optimizer = server->optimizer_.get();

@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/errno_status.h"
-#include "daemon/scheduler_hint.h"
 
 namespace strata {
 
@@ -270,14 +269,6 @@ int DoorbellHub::MuteTimeoutMs() {
 }
 
 void DoorbellHub::Loop() {
-  if (options_.slice > absl::ZeroDuration()) {
-    // Best effort: without the hint the hub still works, only later.
-    (void)RequestShortSlice(static_cast<uint64_t>(absl::ToInt64Nanoseconds(options_.slice)));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    stats_.slice_ns = CurrentSliceNs();
-  }
   std::vector<epoll_event> events(64);
   // Rings that had entries within the last options_.spin: polled without
   // waiting for a ring (their trainers see daemon_polling and skip the

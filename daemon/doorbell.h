@@ -123,10 +123,6 @@ class DoorbellHub {
     // 30 us poll made grad_ready's p50 93 us (the spinning hub used up its
     // scheduler share and waited for the CPU) against 13-25 us without.
     absl::Duration spin = absl::ZeroDuration();
-    // The hub thread's scheduler slice (daemon/scheduler_hint.h): short, so
-    // a ring preempts an optimizer thread instead of waiting out its slice.
-    // 0: the kernel's default.
-    absl::Duration slice = absl::Microseconds(100);
   };
   static absl::StatusOr<std::unique_ptr<DoorbellHub>> Create(Options options);
   static absl::StatusOr<std::unique_ptr<DoorbellHub>> Create() { return Create(Options()); }
@@ -137,7 +133,6 @@ class DoorbellHub {
     uint64_t wakeups = 0;      // services run
     uint64_t empty_wakeups = 0;
     uint64_t mutes = 0;        // times a rank was muted for empty wake-ups
-    uint64_t slice_ns = 0;     // the hub thread's slice as the kernel reports it (0: unknown)
   };
   Stats stats() const;
 

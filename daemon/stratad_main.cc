@@ -39,8 +39,6 @@ ABSL_FLAG(bool, pin_optimizer_threads, false,
           "pin each CPU optimizer worker to one CPU of the daemon's affinity set (overrides the config when set)");
 ABSL_FLAG(std::string, job_worker_threads, "",
           "threads of the worker pool shared by all jobs' steps (0 = one per core, 2..64)");
-ABSL_FLAG(std::string, doorbell_slice_us, "",
-          "the doorbell poller's scheduler slice in us (100..100000; 0 = the kernel's default; default 100)");
 ABSL_FLAG(std::string, tcp_address, "", "also listen on this loopback TCP address");
 ABSL_FLAG(std::string, metrics_port, "", "serve Prometheus metrics on 127.0.0.1:PORT");
 // Hardening (docs/SECURITY.md).
@@ -139,8 +137,6 @@ absl::StatusOr<strata::v1::DaemonConfig> ConfigFromFlags() {
   if (absl::GetFlag(FLAGS_pin_optimizer_threads)) c.set_pin_optimizer_threads(true);
   if (auto s = ApplyUint(absl::GetFlag(FLAGS_job_worker_threads), "job_worker_threads",
                          &strata::v1::DaemonConfig::set_job_worker_threads, &c); !s.ok()) return s;
-  if (auto s = ApplyUint(absl::GetFlag(FLAGS_doorbell_slice_us), "doorbell_slice_us",
-                         &strata::v1::DaemonConfig::set_doorbell_slice_us, &c); !s.ok()) return s;
   if (auto s = ApplyUint(absl::GetFlag(FLAGS_metrics_port), "metrics_port",
                          &strata::v1::DaemonConfig::set_metrics_port, &c); !s.ok()) return s;
   if (auto s = ApplyHardeningFlags(&c); !s.ok()) return s;
