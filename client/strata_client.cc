@@ -208,6 +208,22 @@ absl::StatusOr<std::string> StrataClient::StatsText() {
                           j.mean_step_s(), j.stall_s(), static_cast<unsigned long long>(j.nvme_read_bytes()),
                           static_cast<unsigned long long>(j.nvme_write_bytes()), j.job().loss_scale(),
                           static_cast<unsigned long long>(j.job().skipped_steps()));
+    for (const auto& t : j.tiers()) {
+      if (t.tier() == "nvme") {
+        absl::StrAppendFormat(&out, "    nvme     read %llu B  written %llu B\n",
+                              static_cast<unsigned long long>(t.bytes_read()),
+                              static_cast<unsigned long long>(t.bytes_written()));
+        continue;
+      }
+      absl::StrAppendFormat(&out,
+                            "    %-8s %llu of %llu B  hits %llu  misses %llu  stall %.4f s  prefetches %llu (%llu "
+                            "unused)\n",
+                            t.tier(), static_cast<unsigned long long>(t.bytes()),
+                            static_cast<unsigned long long>(t.budget_bytes()),
+                            static_cast<unsigned long long>(t.hits()), static_cast<unsigned long long>(t.misses()),
+                            t.stall_s(), static_cast<unsigned long long>(t.prefetches()),
+                            static_cast<unsigned long long>(t.prefetches_unused()));
+    }
   }
   return out;
 }

@@ -74,6 +74,14 @@ std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, 
        [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.prefetches); }},
       {"strata_job_prefetches_unused_total", "Prefetched params dropped unused.", "counter",
        [](const Job&, const JobCounters& c) { return static_cast<double>(c.params.prefetches_unused); }},
+      {"strata_job_pinned_reserved_bytes", "What the job reserved of the daemon's pinned capacity.", "gauge",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.pinned_reserved_bytes); }},
+      {"strata_job_window_budget_bytes", "ZeRO-Infinity: the job's window budget (params and gradients).", "gauge",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.window_budget_bytes); }},
+      {"strata_job_window_resident_bytes", "ZeRO-Infinity: bytes its ranks' windows hold now.", "gauge",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.window_resident_bytes); }},
+      {"strata_job_grad_spilled_bytes_total", "ZeRO-Infinity: gradients written to NVMe (window full).", "counter",
+       [](const Job&, const JobCounters& c) { return static_cast<double>(c.grad_bytes_spilled); }},
   };
   std::vector<JobCounters> counters;
   for (const auto& job : jobs) counters.push_back(job->counters());

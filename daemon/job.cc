@@ -132,6 +132,12 @@ JobCounters Job::counters() const {
   {
     absl::MutexLock lock(&mu_);
     c = counters_;
+    c.pinned_reserved_bytes = pinned_reservation_.bytes() + window_reservation_.bytes();
+    for (const RankState& r : ranks_) {
+      c.pinned_reserved_bytes += r.pinned.bytes();
+      if (param_cache_ != nullptr && r.built) c.window_resident_bytes += r.exchange.ResidentBytes().value_or(0);
+    }
+    if (param_cache_ != nullptr) c.window_budget_bytes = param_budget_;
   }
   if (param_cache_ != nullptr) c.params = param_cache_->stats();
   return c;

@@ -89,6 +89,12 @@ struct JobCounters {
   ParamCacheStats params;
   uint64_t grad_bytes_spilled = 0;    // Infinity: gradients written to NVMe (window full)
   uint64_t grad_bytes_read_back = 0;
+  // The job's share of the pinned tier: what it reserved of the daemon's
+  // pinned_capacity (regions or window budget, host states, NVMe staging).
+  uint64_t pinned_reserved_bytes = 0;
+  // Infinity: the window's budget and what its ranks' regions hold now.
+  uint64_t window_budget_bytes = 0;
+  uint64_t window_resident_bytes = 0;
 };
 
 // What the job borrows from the daemon; all must outlive it.

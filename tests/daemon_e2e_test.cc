@@ -474,6 +474,8 @@ TEST(DaemonE2ETest, MetricsAreServedInPrometheusFormatOnLoopback) {
   // The pinned tier too: the job's region and states are reserved while it lives.
   EXPECT_NE(body.find("strata_tier_capacity_bytes{tier=\"pinned\"}"), std::string::npos) << body;
   EXPECT_EQ(body.find("strata_tier_used_bytes{tier=\"pinned\"} 0\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("strata_job_pinned_reserved_bytes{job=\"measured\"} "), std::string::npos) << body;
+  EXPECT_EQ(body.find("strata_job_pinned_reserved_bytes{job=\"measured\"} 0\n"), std::string::npos) << body;
   EXPECT_NE(body.find("# TYPE strata_job_last_step_seconds gauge"), std::string::npos);
   EXPECT_EQ(daemon.Stop(), 0);
 }

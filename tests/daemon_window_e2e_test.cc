@@ -188,6 +188,19 @@ TEST(DaemonWindowTest, ABudgetBelowParamsAndGradsTrainsTheSameBitsInBoundedMemor
   // home, dropped), which never stacks on top of them.
   EXPECT_LE(bounded.peak_in_step, kBudget + 2 * kSlotBytes);
   EXPECT_LE(bounded.peak_any, kBudget + 2 * kSlotBytes);
+  // `strata stats` shows each job's window: its budget, what it holds, the
+  // acquires' hits and misses, and the NVMe traffic the budget cost.
+  auto stats = client->StatsText();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  std::printf("%s", stats->c_str());
+  const size_t at = stats->find("  bounded ");
+  ASSERT_NE(at, std::string::npos) << *stats;
+  const std::string bounded_text = stats->substr(at);
+  EXPECT_NE(bounded_text.find(absl::StrCat(" of ", kBudget, " B  hits ")), std::string::npos) << bounded_text;
+  const size_t nvme = bounded_text.find("    nvme     read ");
+  ASSERT_NE(nvme, std::string::npos) << bounded_text;
+  EXPECT_EQ(bounded_text.substr(nvme, bounded_text.find('\n', nvme) - nvme).find("written 0 B"), std::string::npos)
+      << bounded_text;  // params stored home, gradients spilled
   EXPECT_EQ(daemon.Stop(), 0);
 }
 
