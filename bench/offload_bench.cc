@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -94,36 +93,6 @@ std::vector<uint16_t> GradPattern(uint64_t numel) {
   return g;
 }
 
-// The exchange region's mapping in this process (found by its memfd name in
-// /proc/self/maps); resident bytes come from mincore, which on a shared
-// mapping reports the memfd's pages, whoever faulted them in.
-struct RegionView {
-  std::byte* base = nullptr;
-  uint64_t bytes = 0;
-  uint64_t Resident() const {
-    if (base == nullptr) return 0;
-    std::vector<unsigned char> pages(bytes / 4096);
-    if (mincore(base, bytes, pages.data()) != 0) return 0;
-    uint64_t n = 0;
-    for (unsigned char v : pages) n += v & 1;
-    return n * 4096;
-  }
-};
-
-RegionView FindRegion(uint64_t job_id) {
-  std::ifstream maps("/proc/self/maps");
-  const std::string name = absl::StrCat("/memfd:strata-job", job_id, "-rank0 (deleted)");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.size() < name.size() || line.compare(line.size() - name.size(), name.size(), name) != 0) continue;
-    const size_t dash = line.find('-');
-    const uint64_t lo = std::stoull(line.substr(0, dash), nullptr, 16);
-    const uint64_t hi = std::stoull(line.substr(dash + 1, line.find(' ') - dash - 1), nullptr, 16);
-    return RegionView{reinterpret_cast<std::byte*>(lo), hi - lo};
-  }
-  return {};
-}
-
 // The peak resident set of process `pid` (VmHWM), 0 when unreadable.
 uint64_t PeakRss(pid_t pid) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
@@ -168,7 +137,6 @@ class OffloadBench {
   std::unique_ptr<StrataClient> client_;
   std::string io_dir_;
   std::vector<uint16_t> grad_pattern_;
-  RegionView region_;
   std::atomic<uint64_t> window_peak_{0};
   std::vector<ModeResult> results_;
   std::string load_start_, load_end_;
@@ -282,12 +250,11 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   for (const ShardView& shard : rank->shards()) largest = std::max(largest, shard.padded_numel);
   grad_pattern_ = GradPattern(largest);
   // Sample the region's resident bytes while the job runs (infinity: the window).
-  region_ = FindRegion(rank->job_id());
   window_peak_ = 0;
   std::atomic<bool> sampling{true};
   std::thread sampler([&] {
     while (sampling.load()) {
-      const uint64_t now = region_.Resident();
+      const uint64_t now = rank->ResidentRegionBytes().value_or(0);
       if (now > window_peak_.load()) window_peak_ = now;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -377,7 +344,6 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   sampling = false;
   sampler.join();
   r.window_peak = window_peak_.load();
-  region_ = {};
   rank.reset();
   STRATA_RETURN_IF_ERROR(client_->DeleteJob(spec.name));
   return r;

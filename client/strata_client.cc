@@ -282,6 +282,20 @@ uint64_t RankSession::job_id() const { return state_->job_id; }
 uint32_t RankSession::rank() const { return state_->rank; }
 bool RankSession::reattached() const { return state_->reattached; }
 uint64_t RankSession::step() const { return state_->step; }
+
+absl::StatusOr<uint64_t> RankSession::ResidentRegionBytes() const {
+  if (state_->region == nullptr) {
+    return absl::FailedPreconditionError("the shared region is not mapped yet: call RegisterTensors first");
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> pages((state_->region_bytes + page - 1) / page);
+  if (mincore(state_->region, state_->region_bytes, pages.data()) != 0) {
+    return absl::InternalError(absl::StrCat("mincore over the shared region failed: errno ", errno));
+  }
+  uint64_t resident = 0;
+  for (unsigned char v : pages) resident += v & 1;
+  return resident * page;
+}
 absl::Span<ShardView> RankSession::shards() { return absl::MakeSpan(state_->shards); }
 DType RankSession::param_dtype() const { return state_->param_dtype; }
 DType RankSession::grad_dtype() const { return state_->grad_dtype; }

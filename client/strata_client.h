@@ -175,6 +175,13 @@ class RankSession {
   bool reattached() const;
   // The job's step count when attached (steps already applied).
   uint64_t step() const;
+  // Bytes of this rank's shared region in memory now (mincore over the
+  // mapping; on a shared memfd that counts the region's pages whoever
+  // faulted them in), e.g. to watch a ZeRO-Infinity window stay within its
+  // budget. May be called from another thread while the session is in use,
+  // but not during RegisterTensors (which maps the region).
+  // FailedPrecondition before the region is mapped.
+  absl::StatusOr<uint64_t> ResidentRegionBytes() const;
 
   // Registers the model's tensors (every rank sends the same list) and maps
   // this rank's shared region. After a re-attach, call it again with the same

@@ -3,13 +3,11 @@
 // while its exchange region (the memfd shared with the trainer) holds no more
 // memory than the budget once the daemon has taken each gradient in, and at
 // most two more slots at any time (see the expectations).
-#include <sys/mman.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -44,33 +42,9 @@ JobSpec Spec(const std::string& name, uint64_t budget) {
   return spec;
 }
 
-// The job's region as this process maps it; resident bytes by mincore, which
-// on a shared mapping reports the memfd's pages, whoever faulted them in.
-struct Region {
-  std::byte* base = nullptr;
-  uint64_t bytes = 0;
-  uint64_t Resident() const {
-    std::vector<unsigned char> pages(bytes / 4096);
-    if (mincore(base, bytes, pages.data()) != 0) return UINT64_MAX;
-    uint64_t n = 0;
-    for (unsigned char v : pages) n += v & 1;
-    return n * 4096;
-  }
-};
-
-Region FindRegion(uint64_t job_id) {
-  std::ifstream maps("/proc/self/maps");
-  const std::string name = absl::StrCat("/memfd:strata-job", job_id, "-rank0 (deleted)");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.size() < name.size() || line.compare(line.size() - name.size(), name.size(), name) != 0) continue;
-    const size_t dash = line.find('-');
-    const uint64_t lo = std::stoull(line.substr(0, dash), nullptr, 16);
-    const uint64_t hi = std::stoull(line.substr(dash + 1, line.find(' ') - dash - 1), nullptr, 16);
-    return Region{reinterpret_cast<std::byte*>(lo), hi - lo};
-  }
-  return {};
-}
+// The rank's region in memory now (mincore: the memfd's pages, whoever
+// faulted them in); UINT64_MAX when it cannot be read, which fails any bound.
+uint64_t Resident(const RankSession& rank) { return rank.ResidentRegionBytes().value_or(UINT64_MAX); }
 
 float Initial(uint64_t t, uint64_t e) { return std::sin(0.001f * static_cast<float>(e + 1) + static_cast<float>(t)); }
 float Grad(uint64_t t, uint64_t e, int step) {
@@ -85,11 +59,11 @@ struct TrainRun {
 };
 
 // Waits (up to 10 s) for the region to drop to `limit`; returns what it holds then.
-uint64_t SettleTo(const Region& region, uint64_t limit) {
-  uint64_t now = region.Resident();
+uint64_t SettleTo(const RankSession& rank, uint64_t limit) {
+  uint64_t now = Resident(rank);
   for (int i = 0; i < 1000 && now > limit; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    now = region.Resident();
+    now = Resident(rank);
   }
   return now;
 }
@@ -100,8 +74,7 @@ void Train(StrataClient& client, const std::string& name, uint64_t settle_limit,
   RankSession& rank = **session;
   ASSERT_TRUE(rank.RegisterTensors(Model()).ok());
   ASSERT_EQ(rank.shards().size(), kTensors);
-  const Region region = FindRegion(rank.job_id());
-  ASSERT_NE(region.base, nullptr) << "the region of job " << name << " is not mapped";
+  ASSERT_TRUE(rank.ResidentRegionBytes().ok()) << rank.ResidentRegionBytes().status();
   for (ShardView& shard : rank.shards()) {
     float* p = reinterpret_cast<float*>(shard.param);
     for (const OwnedRange& r : shard.ranges) {
@@ -116,7 +89,7 @@ void Train(StrataClient& client, const std::string& name, uint64_t settle_limit,
       const float* p = reinterpret_cast<const float*>(rank.shards()[i].param);
       out->params_seen.emplace_back(p, p + kNumel);
       ASSERT_TRUE(rank.Release({i}).ok());
-      out->peak_any = std::max(out->peak_any, region.Resident());
+      out->peak_any = std::max(out->peak_any, Resident(rank));
     }
     ASSERT_TRUE(rank.IterationBoundary().ok());
     // Backward: layers in reverse, each gradient signalled as it is made.
@@ -128,16 +101,16 @@ void Train(StrataClient& client, const std::string& name, uint64_t settle_limit,
       for (const OwnedRange& r : shard.ranges) {
         for (uint64_t e = 0; e < r.numel; ++e) g[r.shard_offset + e] = Grad(r.tensor.value(), r.tensor_offset + e, step);
       }
-      out->peak_any = std::max(out->peak_any, region.Resident());
+      out->peak_any = std::max(out->peak_any, Resident(rank));
       ASSERT_TRUE(rank.GradReady(i, step).ok());
       ASSERT_TRUE(rank.Flush().ok());
-      if (i > 0) out->peak_after_grad = std::max(out->peak_after_grad, SettleTo(region, settle_limit));
+      if (i > 0) out->peak_after_grad = std::max(out->peak_after_grad, SettleTo(rank, settle_limit));
     }
     std::atomic<bool> stepping{true};
     uint64_t peak = 0;
     std::thread sampler([&] {
       while (stepping.load()) {
-        peak = std::max(peak, region.Resident());
+        peak = std::max(peak, Resident(rank));
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     });
