@@ -30,6 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
+. "$root/scripts/run_test_binaries.sh"
 mode="${1:-all}"
 jobs="${STRATA_JOBS:-2}"
 fuzz_seconds="${STRATA_FUZZ_SECONDS:-}"
@@ -125,30 +126,12 @@ if [ "$mode" = all ] || [ "$mode" = tests ]; then
   begin "unit and e2e tests under ASan+UBSan"
   logs="$out/hardening-logs"
   rm -rf "$logs" && mkdir -p "$logs"
-  # One test binary per process slot; each binary's own gtest cases run in
-  # order. A report aborts the binary (abort_on_error), failing it.
-  run_test() {
-    local t="$1" t0 rc=0
-    t0=$(date +%s)
-    STRATA_SOURCE_DIR="$root" STRATA_BINARY_DIR="$out" "$out/tests/$t" ${test_args[$t]:-} >"$logs/$t.log" 2>&1 || rc=$?
-    echo "$t: $([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)") ($(( $(date +%s) - t0 )) s)"
-    return $rc
-  }
+  # A report aborts the binary (abort_on_error), failing it.
   status=ok
-  for t in "${unit_tests[@]}"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-    run_test "$t" > "$logs/$t.result" &
-  done
-  wait
-  for t in "${unit_tests[@]}"; do
-    if ! grep -q "^$t: ok" "$logs/$t.result"; then
-      status=FAILED
-      failed=1
-      echo "--- $t (last 120 lines of $logs/$t.log)"
-      tail -n 120 "$logs/$t.log"
-    fi
-    cat "$logs/$t.result"
-  done
+  if ! run_test_binaries "$root" "$out" "$logs" "$jobs" 120 "${unit_tests[@]}"; then
+    status=FAILED
+    failed=1
+  fi
   record "asan+ubsan tests (${unit_tests[*]})" "$status"
 fi
 

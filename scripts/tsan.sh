@@ -25,6 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
+. "$root/scripts/run_test_binaries.sh"
 mode="${1:-all}"
 jobs="${STRATA_JOBS:-2}"
 out="$root/build-tsan"
@@ -130,27 +131,8 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   # rank processes, forked by the e2e tests, inherit these options, and a
   # report there (even one while stopping, which no test sees) fails the run.
   export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:log_path=$logs/report:suppressions=$root/scripts/tsan.supp"
-  run_test() {
-    local t="$1" t0 rc=0
-    t0=$(date +%s)
-    STRATA_SOURCE_DIR="$root" STRATA_BINARY_DIR="$bin" "$bin/tests/$t" ${test_args[$t]:-} >"$logs/$t.log" 2>&1 || rc=$?
-    echo "$t: $([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)") ($(( $(date +%s) - t0 )) s)"
-    return $rc
-  }
   failed=0
-  for t in "${tests[@]}"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-    run_test "$t" > "$logs/$t.result" &
-  done
-  wait
-  for t in "${tests[@]}"; do
-    if ! grep -q "^$t: ok" "$logs/$t.result"; then
-      failed=1
-      echo "--- $t (last 100 lines of $logs/$t.log)"
-      tail -n 100 "$logs/$t.log"
-    fi
-    cat "$logs/$t.result"
-  done
+  run_test_binaries "$root" "$bin" "$logs" "$jobs" 100 "${tests[@]}" || failed=1
   for r in "$logs"/report.*; do
     [ -e "$r" ] || continue
     failed=1
