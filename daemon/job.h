@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/shard_key.h"
+#include "core/tier_kind.h"
 #include "core/zero_partition.h"
 #include "daemon/doorbell.h"
 #include "daemon/grad_spill.h"
@@ -47,6 +48,7 @@
 namespace strata {
 
 class ExtentStore;
+class Tier;
 
 // A run of shard elements whose tensors belong to one param group. A slot's
 // runs cover [0, padded_numel) in order; padding belongs to the group before
@@ -97,6 +99,25 @@ struct JobCounters {
   uint64_t window_resident_bytes = 0;
 };
 
+// Where an acquired param shard sits now, for the trainer: its tier and its
+// offset there -- in the rank's exchange window (kPinnedHost) or in the
+// daemon's device arena (kDevice), which the trainer maps once per session.
+struct ShardPlace {
+  uint32_t index = 0;
+  TierKind tier = TierKind::kPinnedHost;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+// What Park or Resume moved, and how long it took (for the caller to set
+// against bytes / bandwidth).
+struct ParkReport {
+  TierKind tier = TierKind::kNvme;  // where the job's shards are now (at most)
+  uint64_t shards = 0;
+  uint64_t bytes_moved = 0;
+  double seconds = 0;
+};
+
 // What the job borrows from the daemon; all must outlive it.
 struct JobServices {
   CpuOptimizer* optimizer = nullptr;
@@ -113,6 +134,9 @@ struct JobServices {
   TransferExecutor* workers = nullptr;
   // The per-bucket signal path (daemon/doorbell.h); nullptr: gRPC only.
   DoorbellHub* doorbells = nullptr;
+  // The daemon's device tier (virtual GPU memory: daemon/device_arena.h);
+  // nullptr when the daemon runs without one (--device none).
+  Tier* device = nullptr;
 };
 
 class Job {
@@ -181,6 +205,17 @@ class Job {
   // ZeRO-Infinity: make the param shards `indices` current in the rank's param
   // slots, and pin them there until Release.
   absl::Status Acquire(uint32_t rank, const std::vector<uint32_t>& indices, absl::Time deadline);
+  // As above, into `tier` (kPinnedHost: the rank's window; kDevice: the
+  // daemon's device arena, for a job with a device budget), returning where
+  // each shard sits now, in the order of `indices`.
+  absl::StatusOr<std::vector<ShardPlace>> AcquireIn(uint32_t rank, const std::vector<uint32_t>& indices,
+                                                    TierKind tier, absl::Time deadline);
+  // Pushes every shard of the job down to `to` (kPinnedHost or kNvme) and
+  // frees its copies above it (RLHF phase switches, GPU time-sharing); the
+  // job must hold no pins (FailedPrecondition naming the rank otherwise).
+  // Resume brings back what Park pushed down. See daemon/job_tiers.cc.
+  absl::StatusOr<ParkReport> Park(TierKind to);
+  absl::StatusOr<ParkReport> Resume();
   absl::Status Release(uint32_t rank, const std::vector<uint32_t>& indices);
   absl::Status IterationBoundary(uint32_t rank);
   // Drops every pin the rank holds (its session ended).
