@@ -467,9 +467,21 @@ absl::StatusOr<std::vector<Lease>> ParamCache::AcquireIn(uint32_t rank, absl::Sp
     }
     leases.push_back(*lease);
   }
-  absl::MutexLock lock(&mu_);
-  for (size_t i = 0; i < indices.size(); ++i) leases_[{rank, indices[i]}].push_back(leases[i].id);
-  stats_.stall_s += absl::ToDoubleSeconds(absl::Now() - start);
+  bool detached;
+  {
+    absl::MutexLock lock(&mu_);
+    detached = detached_;
+    if (!detached) {
+      for (size_t i = 0; i < indices.size(); ++i) leases_[{rank, indices[i]}].push_back(leases[i].id);
+      stats_.stall_s += absl::ToDoubleSeconds(absl::Now() - start);
+    }
+  }
+  if (detached) {
+    // Detach ran meanwhile: its pins must not outlive the job's shards.
+    for (const Lease& l : leases) (void)store_->Release(l.id, false);
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id_, "'s params were handed to its reloaded copy; attach again"));
+  }
   return leases;
 }
 
