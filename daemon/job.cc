@@ -21,30 +21,6 @@ constexpr uint32_t kMaxGroups = 4096;
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
-// Splits a flat stage-1/2 shard into sub-groups of at most `sub_group`
-// elements (a multiple of `align`), so each can be stepped as soon as its
-// gradient arrives.
-std::vector<ShardLayout> SplitSubGroups(const ShardLayout& flat, uint64_t sub_group, uint64_t align) {
-  // Clamped to the shard first: a sub_group_size near 2^64 must not wrap.
-  sub_group = std::min(std::max<uint64_t>(sub_group, 1), std::max<uint64_t>(flat.padded_numel, 1));
-  const uint64_t size = std::max<uint64_t>(RoundUp(sub_group, align), align);
-  std::vector<ShardLayout> out;
-  for (uint64_t begin = 0; begin < flat.padded_numel; begin += size) {
-    const uint64_t end = std::min(begin + size, flat.padded_numel);
-    ShardLayout part;
-    part.index = static_cast<uint32_t>(out.size());
-    part.padded_numel = end - begin;
-    for (const OwnedRange& r : flat.ranges) {
-      const uint64_t lo = std::max(r.shard_offset, begin);
-      const uint64_t hi = std::min(r.shard_offset + r.numel, end);
-      if (lo >= hi) continue;
-      part.ranges.push_back(OwnedRange{r.tensor, r.tensor_offset + (lo - r.shard_offset), hi - lo, lo - begin});
-    }
-    out.push_back(std::move(part));
-  }
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(uint64_t id, JobSettings settings, JobServices services) {
@@ -65,8 +41,10 @@ Job::Job(uint64_t id, JobSettings settings, JobServices services)
     : id_(id),
       settings_(std::move(settings)),
       services_(services),
+      slot_dtypes_{settings_.param_dtype, settings_.grad_dtype},
       early_apply_(settings_.mode == strata::v1::MODE_OFFLOAD && !settings_.loss_scale.enabled &&
                    settings_.gradient_clipping <= 0),
+      regions_(slot_dtypes_),
       scaler_(settings_.loss_scale),
       workers_(services.workers) {}
 
@@ -274,13 +252,11 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
     param_cache_ = std::make_unique<ParamCache>(
         id_, settings_.world_size, services_.nvme,
         [this](uint32_t r, uint32_t index) {
-          absl::MutexLock lock(&region_mu_);
-          const PublishedRank& rank = published_[r];
-          const ExchangeSlot& slot = rank.slots[index];
-          return ParamCache::ShardRef{rank.base + slot.param_offset, ParamSlotBytes(slot)};
+          const auto [slot, bytes] = regions_.ParamShard(r, index);
+          return ParamCache::ShardRef{slot, bytes};
         },
         budget, /*lookahead=*/4, workers_,
-        [this](uint32_t r, uint32_t index) { DiscardParamSlot(r, index); });
+        [this](uint32_t r, uint32_t index) { regions_.DiscardParamSlot(r, index); });
   }
   return absl::OkStatus();
 }
@@ -289,42 +265,30 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
 absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, bool adopt) {
   RankState& rank = ranks_[r];
   const RequestLimits& limits = Limits();
-  const uint64_t grad_bytes = DTypeSize(settings_.grad_dtype);
-  const uint64_t param_bytes = DTypeSize(settings_.param_dtype);
   const StateLayout state_layout = StateLayoutFor(settings_.optimizer);
   const uint64_t streams = 1 + state_layout.exp_avg + state_layout.exp_avg_sq + state_layout.max_exp_avg_sq;
   // Sizes may come from a trainer: every product and sum is checked, and the
   // whole footprint is known (and refused, when too big) before anything is
   // allocated.
-  uint64_t offset = 0;
+  STRATA_ASSIGN_OR_RETURN(ExchangeLayout layout, LayOutExchange(std::move(shards), slot_dtypes_, group_of_));
   uint64_t state_bytes = 0;
-  std::vector<ExchangeSlot> slots;
-  for (ShardLayout& shard : shards) {
-    ExchangeSlot slot;
-    slot.grad_offset = offset;
-    STRATA_ASSIGN_OR_RETURN(const uint64_t graw, CheckedMul(shard.padded_numel, grad_bytes, "grad slot bytes"));
-    STRATA_ASSIGN_OR_RETURN(const uint64_t gslot, CheckedRoundUp(graw, kPage, "grad slot bytes"));
-    STRATA_ASSIGN_OR_RETURN(offset, CheckedAdd(offset, gslot, "exchange region bytes"));
-    slot.param_offset = offset;
-    STRATA_ASSIGN_OR_RETURN(const uint64_t praw, CheckedMul(shard.padded_numel, param_bytes, "param slot bytes"));
-    STRATA_ASSIGN_OR_RETURN(const uint64_t pslot, CheckedRoundUp(praw, kPage, "param slot bytes"));
-    STRATA_ASSIGN_OR_RETURN(offset, CheckedAdd(offset, pslot, "exchange region bytes"));
+  for (const ExchangeSlot& slot : layout.slots) {
+    const uint64_t pslot = slot_dtypes_.ParamSlotBytes(slot);
     if (param_cache_ != nullptr && pslot > param_budget_ / 2) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", r, " shard ", shard.index, " needs ", pslot,
+          "rank ", r, " shard ", slot.layout.index, " needs ", pslot,
           " bytes of param slot, more than half the job's pinned budget of ", param_budget_,
           " bytes (raise pinned_budget_bytes or cut the shard)"));
     }
     if (settings_.mode != strata::v1::MODE_INFINITY) {
       // HostShardStateStore keeps each shard's states in pinned memory.
-      STRATA_ASSIGN_OR_RETURN(const uint64_t sraw, CheckedMul(shard.padded_numel, streams * 4, "state bytes"));
+      STRATA_ASSIGN_OR_RETURN(const uint64_t sraw,
+                              CheckedMul(slot.layout.padded_numel, streams * 4, "state bytes"));
       STRATA_ASSIGN_OR_RETURN(const uint64_t spage, CheckedRoundUp(std::max(sraw, kPage), kPage, "state bytes"));
       STRATA_ASSIGN_OR_RETURN(state_bytes, CheckedAdd(state_bytes, spage, "state bytes"));
     }
-    slot.layout = std::move(shard);
-    slots.push_back(std::move(slot));
   }
-  const uint64_t region_bytes = std::max<uint64_t>(offset, kPage);
+  const uint64_t region_bytes = layout.region_bytes;
   if (region_bytes > limits.max_region_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("rank ", r, "'s exchange region would be ", region_bytes,
                                                      " bytes; max_region_bytes is ", limits.max_region_bytes));
@@ -337,12 +301,7 @@ absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, b
     STRATA_ASSIGN_OR_RETURN(rank.pinned, services_.pinned->Reserve(pinned_bytes, absl::StrCat("job '", settings_.name,
                                                                                              "' rank ", r)));
   }
-  PinnedArenaOptions options;
-  options.name = absl::StrCat("strata-job", id_, "-rank", r);
-  options.size_bytes = region_bytes;
-  options.populate = !window;
-  STRATA_ASSIGN_OR_RETURN(rank.exchange, PinnedArena::Create(options));
-  rank.slots = std::move(slots);
+  STRATA_RETURN_IF_ERROR(rank.Map(std::move(layout), absl::StrCat("strata-job", id_, "-rank", r), !window));
   rank.grad_ready.assign(rank.slots.size(), false);
   rank.applied.assign(rank.slots.size(), false);
   rank.grad_at.assign(rank.slots.size(), RankState::kNowhere);
@@ -351,13 +310,8 @@ absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, b
     STRATA_RETURN_IF_ERROR(adopt ? states_->Adopt(r, slot.layout.index, slot.layout.padded_numel)
                                  : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
   }
-  ComputeGroupRunsLocked(rank);
   rank.built = true;
-  {
-    absl::MutexLock lock(&region_mu_);
-    if (published_.size() < ranks_.size()) published_.resize(ranks_.size());
-    published_[r] = PublishedRank{rank.exchange.data(), rank.slots, &rank.exchange};
-  }
+  regions_.Publish(r, ranks_.size(), rank);
   return absl::OkStatus();
 }
 
@@ -470,29 +424,6 @@ absl::Status Job::AdoptTensorsLocked(const JobRecord& record) {
   group_of_ = record.groups;
   num_groups_ = largest + 1;
   return absl::OkStatus();
-}
-
-void Job::ComputeGroupRunsLocked(RankState& rank) {
-  {
-    for (ExchangeSlot& slot : rank.slots) {
-      std::vector<GroupRun>& runs = slot.group_runs;
-      runs.clear();
-      // Ranges are sorted by shard_offset; a gap (padding) joins the run before it.
-      for (const OwnedRange& r : slot.layout.ranges) {
-        const uint32_t group = group_of_.at(r.tensor.value());
-        if (!runs.empty() && runs.back().group == group) {
-          runs.back().end = r.shard_offset + r.numel;
-        } else if (runs.empty()) {
-          runs.push_back(GroupRun{0, r.shard_offset + r.numel, group});
-        } else {
-          runs.back().end = r.shard_offset;
-          runs.push_back(GroupRun{r.shard_offset, r.shard_offset + r.numel, group});
-        }
-      }
-      if (runs.empty()) runs.push_back(GroupRun{0, 0, 0});
-      runs.back().end = slot.layout.padded_numel;
-    }
-  }
 }
 
 std::vector<OptimizerHyperparams> Job::HyperparamsLocked() const {
@@ -636,10 +567,7 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
       supplied_partitions_.clear();
       owned_.clear();
       ranks_.clear();
-      {
-        absl::MutexLock regions(&region_mu_);
-        published_.clear();
-      }
+      regions_.Clear();
       param_cache_.reset();
       grad_spill_.reset();
       states_.reset();
@@ -722,40 +650,6 @@ uint64_t Job::ExchangeBytesOf(uint32_t rank) const {
   return ranks_.at(rank).exchange.size_bytes();
 }
 
-std::byte* Job::GradSlot(uint32_t rank, const ExchangeSlot& slot) const {
-  absl::MutexLock lock(&region_mu_);
-  return published_[rank].base + slot.grad_offset;
-}
-
-std::byte* Job::ParamSlot(uint32_t rank, const ExchangeSlot& slot) const {
-  absl::MutexLock lock(&region_mu_);
-  return published_[rank].base + slot.param_offset;
-}
-
-uint64_t Job::ParamSlotBytes(const ExchangeSlot& slot) const {
-  return RoundUp(slot.layout.padded_numel * DTypeSize(settings_.param_dtype), kPage);
-}
-
-uint64_t Job::GradSlotBytes(const ExchangeSlot& slot) const {
-  return RoundUp(slot.layout.padded_numel * DTypeSize(settings_.grad_dtype), kPage);
-}
-
-void Job::DiscardParamSlot(uint32_t rank, uint32_t index) const {
-  absl::MutexLock lock(&region_mu_);
-  const PublishedRank& r = published_[rank];
-  if (r.region == nullptr || index >= r.slots.size()) return;
-  // A failed punch (it cannot fail on a memfd short of a kernel bug) only
-  // leaves memory in use; the slot's contents are not needed either way.
-  (void)r.region->Discard(r.slots[index].param_offset, ParamSlotBytes(r.slots[index]));
-}
-
-void Job::DiscardGradSlot(uint32_t rank, const ExchangeSlot& slot) const {
-  absl::MutexLock lock(&region_mu_);
-  const PublishedRank& r = published_[rank];
-  if (r.region == nullptr) return;
-  (void)r.region->Discard(slot.grad_offset, GradSlotBytes(slot));
-}
-
 absl::Status Job::InitParams(uint32_t rank) {
   std::vector<ExchangeSlot> slots;
   {
@@ -776,7 +670,7 @@ absl::Status Job::InitParams(uint32_t rank) {
   absl::MutexLock states_lock(&states_mu_);
   STRATA_RETURN_IF_ERROR(states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
     const ExchangeSlot& slot = slots[id.index];
-    const std::byte* src = ParamSlot(rank, slot) + tile.offset * DTypeSize(settings_.param_dtype);
+    const std::byte* src = regions_.ParamSlot(rank, slot) + tile.offset * DTypeSize(settings_.param_dtype);
     STRATA_RETURN_IF_ERROR(opt->ConvertToFp32(src, settings_.param_dtype, tile.master, tile.size));
     StepSpans spans;
     spans.size = tile.size;
@@ -784,7 +678,7 @@ absl::Status Job::InitParams(uint32_t rank) {
     spans.exp_avg = tile.exp_avg;
     spans.exp_avg_sq = tile.exp_avg_sq;
     spans.max_exp_avg_sq = tile.max_exp_avg_sq;
-    spans.grad = GradSlot(rank, slot);
+    spans.grad = regions_.GradSlot(rank, slot);
     spans.grad_dtype = settings_.grad_dtype;
     STRATA_RETURN_IF_ERROR(opt->InitializeState(hp, spans));
     // Infinity: the shard's params go home as soon as they are read, and
@@ -1036,7 +930,7 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
     inspect_queued_.erase({rank, index});
     slot = ranks_[rank].slots[index];
   }
-  GradView grad{GradSlot(rank, slot), settings_.grad_dtype, slot.layout.padded_numel};
+  GradView grad{regions_.GradSlot(rank, slot), settings_.grad_dtype, slot.layout.padded_numel};
   auto overflow = services_.optimizer->HasInfOrNan(grad);
   auto norm = services_.optimizer->SquaredL2Norm(grad);
   absl::MutexLock lock(&mu_);
@@ -1086,7 +980,7 @@ void Job::FitWindowLocked(uint32_t rank, uint32_t index) {
   const uint64_t bytes = GradSlotBytes(slot);
   const uint64_t signals = index < r.grad_signals.size() ? r.grad_signals[index] : 0;
   mu_.Unlock();
-  absl::Status spilled = grad_spill_->Spill(rank, index, absl::Span<const std::byte>(GradSlot(rank, slot), bytes));
+  absl::Status spilled = grad_spill_->Spill(rank, index, absl::Span<const std::byte>(regions_.GradSlot(rank, slot), bytes));
   if (!spilled.ok()) {
     // A device fault (EIO, ENOSPC, a torn write) is reported as a failed
     // step would be, not hidden: nothing of the step is kept (the spills so
@@ -1113,7 +1007,7 @@ void Job::FitWindowLocked(uint32_t rank, uint32_t index) {
   // stale, so the slot is kept. Checked and discarded under mu_, so a
   // GradReady cannot slip in between.
   if (index < r.grad_signals.size() && r.grad_signals[index] != signals) return;
-  DiscardGradSlot(rank, slot);
+  regions_.DiscardGradSlot(rank, slot);
   r.grad_at[index] = RankState::kSpilled;
   grad_resident_bytes_ -= bytes;
   counters_.grad_bytes_spilled += bytes;
@@ -1135,7 +1029,7 @@ void Job::ClearGradsAfterStep() {
     counters_.grad_bytes_read_back = grad_spill_->read_back_bytes();
   }
   // The step consumed them; the next step's gradients are written anew.
-  for (const auto& [rank, slot] : in_slot) DiscardGradSlot(rank, slot);
+  for (const auto& [rank, slot] : in_slot) regions_.DiscardGradSlot(rank, slot);
   param_cache_->SetReserved(0);
   grad_spill_->EndReadback();
   grad_spill_->DeleteAll();
@@ -1154,7 +1048,7 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
     const ExchangeSlot& slot = slots[id.rank][id.index];
     const uint64_t tile_end = tile.offset + tile.size;
     if (!grad_source) {
-      shard_grad = GradSlot(id.rank, slot);
+      shard_grad = regions_.GradSlot(id.rank, slot);
     } else if (tile.offset == 0) {
       STRATA_ASSIGN_OR_RETURN(shard_grad, grad_source(id));
     }
@@ -1175,7 +1069,7 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
       spans.max_exp_avg_sq = at(tile.max_exp_avg_sq);
       spans.grad = shard_grad + lo * gsize;
       spans.grad_dtype = settings_.grad_dtype;
-      std::byte* param_out = ParamSlot(id.rank, slot) + lo * psize;
+      std::byte* param_out = regions_.ParamSlot(id.rank, slot) + lo * psize;
       if (sixteen_bit) {
         spans.param_out = param_out;
         spans.param_out_dtype = settings_.param_dtype;
@@ -1256,7 +1150,7 @@ void Job::RunStep() {
       grad_spill_->BeginReadback(std::move(spilled));
       grad_source = [&](const ShardId& id) -> absl::StatusOr<const std::byte*> {
         if (grad_at[id.rank][id.index] == RankState::kSpilled) return grad_spill_->Next(id);
-        return GradSlot(id.rank, slots[id.rank][id.index]);
+        return regions_.GradSlot(id.rank, slots[id.rank][id.index]);
       };
       // The window: as each shard is stepped its gradient slot is freed and
       // its new params go home; the cache keeps the param slot only within
@@ -1264,7 +1158,7 @@ void Job::RunStep() {
       shard_done = [&](const ShardId& id) {
         if (grad_at[id.rank][id.index] == RankState::kInSlot) {
           const ExchangeSlot& slot = slots[id.rank][id.index];
-          DiscardGradSlot(id.rank, slot);
+          regions_.DiscardGradSlot(id.rank, slot);
           uint64_t reserved;
           {
             absl::MutexLock lock(&mu_);

@@ -33,6 +33,7 @@
 #include "core/tier_kind.h"
 #include "core/zero_partition.h"
 #include "daemon/doorbell.h"
+#include "daemon/exchange_window.h"
 #include "daemon/grad_spill.h"
 #include "daemon/job_record.h"
 #include "daemon/job_settings.h"
@@ -49,24 +50,6 @@ namespace strata {
 
 class ExtentStore;
 class Tier;
-
-// A run of shard elements whose tensors belong to one param group. A slot's
-// runs cover [0, padded_numel) in order; padding belongs to the group before
-// it (the first group when the shard starts with padding).
-struct GroupRun {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-  uint32_t group = 0;
-};
-
-// One shard a rank exchanges with the daemon, and where its slots are in the
-// rank's exchange region.
-struct ExchangeSlot {
-  ShardLayout layout;  // index, padded size, owned tensor ranges
-  uint64_t grad_offset = 0;
-  uint64_t param_offset = 0;
-  std::vector<GroupRun> group_runs;
-};
 
 // A daemon's share of a step's gradient checks (PrepareStep), or the values
 // agreed across daemons (CommitStep).
@@ -267,9 +250,9 @@ class Job {
   absl::Status Retire();
 
  private:
-  struct RankState {
-    std::vector<ExchangeSlot> slots;
-    PinnedArena exchange;
+  // A rank: its window (slots and region: daemon/exchange_window.h) and
+  // where its shards are in the step.
+  struct RankState : ExchangeWindow {
     bool initialized = false;
     std::vector<bool> grad_ready;
     std::vector<bool> applied;  // stepped early, this step (see early_apply_)
@@ -313,8 +296,6 @@ class Job {
   std::vector<OptimizerHyperparams> HyperparamsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the tensors and their groups from a record (restart).
   absl::Status AdoptTensorsLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fills every slot's group_runs from group_of_.
-  void ComputeGroupRunsLocked(RankState& rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks every rank initialized and restores the step counts and scaler.
   void ApplyRecordLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the record into the extent store (the caller commits).
@@ -361,17 +342,13 @@ class Job {
                            const std::function<absl::Status(const ShardId&)>& shard_done = nullptr,
                            const std::function<absl::StatusOr<const std::byte*>(const ShardId&)>& grad_source =
                                nullptr);
-  // The Infinity window (docs/DAEMON.md): gives the memory of a slot back.
-  void DiscardParamSlot(uint32_t rank, uint32_t index) const;
-  void DiscardGradSlot(uint32_t rank, const ExchangeSlot& slot) const;
-  uint64_t ParamSlotBytes(const ExchangeSlot& slot) const;
-  uint64_t GradSlotBytes(const ExchangeSlot& slot) const;
-  std::byte* GradSlot(uint32_t rank, const ExchangeSlot& slot) const;
-  std::byte* ParamSlot(uint32_t rank, const ExchangeSlot& slot) const;
+  uint64_t ParamSlotBytes(const ExchangeSlot& slot) const { return slot_dtypes_.ParamSlotBytes(slot); }
+  uint64_t GradSlotBytes(const ExchangeSlot& slot) const { return slot_dtypes_.GradSlotBytes(slot); }
 
   const uint64_t id_;
   const JobSettings settings_;
   const JobServices services_;
+  const SlotDTypes slot_dtypes_;
   // What this job pinned of the daemon's pinned_capacity (declared before
   // the memory it accounts for, so it is given back after that is freed).
   PinnedBudget::Reservation pinned_reservation_;  // infinity: NVMe staging
@@ -409,17 +386,11 @@ class Job {
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   // Where each built rank's slots are, for code that reaches them without
-  // mu_: the step's workers (GradSlot, ParamSlot) and the ParamCache's
-  // Locate, which also runs under mu_ (LoadFrom's StoreHome), so it cannot
-  // take mu_. BuildRankLocked publishes a rank once; region_mu_ is a leaf
-  // lock, never held while taking another.
-  struct PublishedRank {
-    std::byte* base = nullptr;
-    std::vector<ExchangeSlot> slots;
-    PinnedArena* region = nullptr;  // &ranks_[r].exchange (ranks_ never grows once built)
-  };
-  mutable absl::Mutex region_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::vector<PublishedRank> published_ ABSL_GUARDED_BY(region_mu_);
+  // mu_: the step's workers and the ParamCache's Locate, which also runs
+  // under mu_ (LoadFrom's StoreHome), so it cannot take mu_. BuildRankLocked
+  // publishes a rank once (ranks_ never grows once built); its lock is a
+  // leaf, never held while taking another.
+  ExchangeRegions regions_;
   uint64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;  // the step GradReady fills
   uint64_t grads_missing_ ABSL_GUARDED_BY(mu_) = 0;
   bool step_queued_ ABSL_GUARDED_BY(mu_) = false;
