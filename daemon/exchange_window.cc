@@ -144,4 +144,11 @@ void ExchangeRegions::DiscardGradSlot(uint32_t rank, const ExchangeSlot& slot) c
   (void)r.region->Discard(slot.grad_offset, dtypes_.GradSlotBytes(slot));
 }
 
+void ExchangeRegions::DiscardGradSlot(uint32_t rank, uint32_t index) const {
+  absl::MutexLock lock(&mu_);
+  const Published& r = published_[rank];
+  if (r.region == nullptr || index >= r.slots.size()) return;
+  (void)r.region->Discard(r.slots[index].grad_offset, dtypes_.GradSlotBytes(r.slots[index]));
+}
+
 }  // namespace strata

@@ -95,6 +95,7 @@ class ExchangeRegions {
   // The Infinity window gives the memory of a slot back.
   void DiscardParamSlot(uint32_t rank, uint32_t index) const;
   void DiscardGradSlot(uint32_t rank, const ExchangeSlot& slot) const;
+  void DiscardGradSlot(uint32_t rank, uint32_t index) const;
 
  private:
   struct Published {

@@ -16,8 +16,7 @@ namespace strata {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-// Param groups per job; torch models rarely have more than a handful.
-constexpr uint32_t kMaxGroups = 4096;
+constexpr uint32_t kMaxGroups = StepBarrier::kMaxGroups;
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
@@ -97,7 +96,7 @@ bool Job::registered() const {
 
 uint64_t Job::next_step() const {
   absl::MutexLock lock(&mu_);
-  return next_step_;
+  return barrier_.next_step();
 }
 
 double Job::loss_scale() const {
@@ -302,8 +301,7 @@ absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, b
                                                                                              "' rank ", r)));
   }
   STRATA_RETURN_IF_ERROR(rank.Map(std::move(layout), absl::StrCat("strata-job", id_, "-rank", r), !window));
-  rank.grad_ready.assign(rank.slots.size(), false);
-  rank.applied.assign(rank.slots.size(), false);
+  barrier_.AddRank(r, settings_.world_size, rank.slots.size());
   rank.grad_at.assign(rank.slots.size(), RankState::kNowhere);
   rank.grad_signals.assign(rank.slots.size(), 0);
   for (const ExchangeSlot& slot : rank.slots) {
@@ -427,82 +425,13 @@ absl::Status Job::AdoptTensorsLocked(const JobRecord& record) {
 }
 
 std::vector<OptimizerHyperparams> Job::HyperparamsLocked() const {
-  std::vector<OptimizerHyperparams> out(num_groups_, settings_.optimizer);
-  for (size_t g = 0; g < group_hp_.size() && g < out.size(); ++g) {
-    const strata::v1::GroupHyperparams& in = group_hp_[g];
-    out[g].lr = in.lr();
-    out[g].beta1 = in.beta1();
-    out[g].beta2 = in.beta2();
-    out[g].eps = in.eps();
-    out[g].weight_decay = in.weight_decay();
-    out[g].lr_decay = in.lr_decay();
-  }
-  return out;
+  return barrier_.Hyperparams(num_groups_, settings_.optimizer);
 }
 
 absl::Status Job::BeginStep(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups) {
   absl::MutexLock lock(&mu_);
   if (!registered_) return absl::FailedPreconditionError("BeginStep before RegisterTensors");
-  // The step just applied, begun again (a re-attached rank repeating it):
-  // the same values are a duplicate, checked below like another rank's copy.
-  if (step < next_step_ && !(step + 1 == next_step_ && group_hp_step_ == step)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("BeginStep for step ", step, ", which was already applied; the job is at step ", next_step_));
-  }
-  if (group_hp_step_ == step) {
-    // Another rank's copy: it must say the same.
-    if (groups.size() != group_hp_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("BeginStep for step ", step, " sends ", groups.size(),
-                                                     " groups but the step was begun with ", group_hp_.size()));
-    }
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const strata::v1::GroupHyperparams& a = groups[g];
-      const strata::v1::GroupHyperparams& b = group_hp_[g];
-      const std::pair<const char*, std::pair<double, double>> fields[] = {
-          {"lr", {a.lr(), b.lr()}},
-          {"beta1", {a.beta1(), b.beta1()}},
-          {"beta2", {a.beta2(), b.beta2()}},
-          {"eps", {a.eps(), b.eps()}},
-          {"weight_decay", {a.weight_decay(), b.weight_decay()}},
-          {"lr_decay", {a.lr_decay(), b.lr_decay()}}};
-      for (const auto& [field, values] : fields) {
-        if (values.first != values.second) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "BeginStep for step ", step, " sets group ", g, " ", field, " = ", values.first,
-              " but the step was begun with ", values.second, " (every rank must send the same values)"));
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-  if (step > next_step_) {
-    return absl::FailedPreconditionError(absl::StrCat("BeginStep for step ", step,
-                                                      " is too early; the job is at step ", next_step_));
-  }
-  if (step_has_grads_ || step_queued_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "BeginStep for step ", step, " came after the step's first GradReady; send it before any gradient"));
-  }
-  if (groups.size() < num_groups_) {
-    return absl::InvalidArgumentError(absl::StrCat("BeginStep gives ", groups.size(),
-                                                   " groups but the registered tensors use group indices up to ",
-                                                   num_groups_ - 1, " (", num_groups_, " groups needed)"));
-  }
-  if (groups.size() > kMaxGroups) {
-    return absl::InvalidArgumentError(absl::StrCat("BeginStep gives ", groups.size(), " groups; at most ",
-                                                   kMaxGroups, " are allowed"));
-  }
-  std::vector<strata::v1::GroupHyperparams> previous = std::move(group_hp_);
-  group_hp_ = groups;
-  const std::vector<OptimizerHyperparams> hp = HyperparamsLocked();
-  for (size_t g = 0; g < hp.size(); ++g) {
-    if (absl::Status v = ValidateOptimizerHyperparams(hp[g]); !v.ok()) {
-      group_hp_ = std::move(previous);
-      return absl::InvalidArgumentError(absl::StrCat("BeginStep group ", g, ": ", v.message()));
-    }
-  }
-  group_hp_step_ = step;
-  return absl::OkStatus();
+  return barrier_.Begin(step, groups, num_groups_, settings_.optimizer);
 }
 
 absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors,
@@ -566,6 +495,7 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
       supplied_ = false;
       supplied_partitions_.clear();
       owned_.clear();
+      for (uint32_t r = 0; r < ranks_.size(); ++r) barrier_.DropRank(r);
       ranks_.clear();
       regions_.Clear();
       param_cache_.reset();
@@ -627,6 +557,7 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
   absl::Status s = BuildRankLocked(rank, partition, /*adopt=*/false);
   if (!s.ok()) {
     ranks_[rank] = RankState{};
+    barrier_.DropRank(rank);
     supplied_partitions_[rank].clear();
     for (auto& runs : owned_) {
       for (auto it = runs.begin(); it != runs.end();) it = it->second.second == rank ? runs.erase(it) : std::next(it);
@@ -656,7 +587,7 @@ absl::Status Job::InitParams(uint32_t rank) {
     absl::MutexLock lock(&mu_);
     if (!registered_) return absl::FailedPreconditionError("InitParams before RegisterTensors");
     if (!worker_error_.ok()) return worker_error_;
-    if (next_step_ > 0 || optimizer_steps_ > 0) {
+    if (barrier_.next_step() > 0 || optimizer_steps_ > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job '", settings_.name, "' has already taken steps; a re-attached rank keeps its state "
           "and must not initialize params again"));
@@ -717,39 +648,13 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     }
   }
   if (!worker_error_.ok()) return worker_error_;
-  // A re-sent signal of a step that has every gradient -- the step just
-  // applied, or the one whose optimizer step is running -- is a duplicate:
-  // the shard was counted, so it changes nothing and WaitStep reports the
-  // step's outcome. Ranks that re-attach after a crash re-send the step they
-  // were in, and a doorbell entry can be drained after the other ranks'
-  // signals completed the step; neither is an error.
-  if (step + 1 == next_step_ || (step == next_step_ && step_queued_ && r.grad_ready[index])) {
-    return absl::OkStatus();
-  }
-  if (step < next_step_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("step ", step, " was already applied; the job is at step ", next_step_));
-  }
-  if (step > next_step_ || step_queued_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "step ", step, " is not open for gradients; the job is at step ", next_step_,
-        step_queued_ ? " and its optimizer step is running" : ""));
-  }
-  if (r.applied[index]) {
-    // Already stepped with the first copy (early path); a restarted rank
-    // re-sending the same gradient changes nothing.
-    return absl::OkStatus();
-  }
-  r.grad_ready[index] = true;
+  // A duplicate (see StepBarrier::Accept) changes nothing.
+  STRATA_ASSIGN_OR_RETURN(const bool taken, barrier_.Accept(rank, index, step));
+  if (!taken) return absl::OkStatus();
   if (param_cache_ != nullptr && r.grad_at[index] != RankState::kInSlot) {
     // In its slot now (a re-sent gradient replaces a spilled copy).
     r.grad_at[index] = RankState::kInSlot;
     grad_resident_bytes_ += GradSlotBytes(r.slots[index]);
-  }
-  step_has_grads_ = true;
-  grads_missing_ = 0;
-  for (const RankState& rs : ranks_) {
-    for (bool ready : rs.grad_ready) grads_missing_ += ready ? 0 : 1;
   }
   // Sending a gradient again replaces it: inspect the new contents.
   if (r.grad_signals.size() == r.slots.size()) ++r.grad_signals[index];
@@ -757,12 +662,12 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
     ++r.grad_work;
   }
-  if (grads_missing_ == 0) {
+  if (barrier_.complete()) {
     if (settings_.external_step_agreement) {
       // The step waits for CommitStep; PrepareStep gets this daemon's share.
       queue_.push_back(WorkItem{WorkItem::kPrepare, 0, 0});
     } else {
-      step_queued_ = true;
+      barrier_.QueueStep();
       queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
     }
   }
@@ -771,58 +676,26 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// Pairwise, so that daemons holding contiguous halves of the ranks, whose
-// shares the trainers add, get the same bits as one daemon holding all.
-double PairwiseSum(const double* v, size_t n) {
-  if (n == 0) return 0;
-  if (n == 1) return v[0];
-  const size_t half = (n + 1) / 2;
-  return PairwiseSum(v, half) + PairwiseSum(v + half, n - half);
-}
-
-}  // namespace
-
-StepStats Job::LocalStatsLocked() const {
-  StepStats stats;
-  std::vector<double> per_rank;
-  for (uint32_t r = 0; r < ranks_.size(); ++r) {
-    if (ranks_[r].slots.empty()) continue;
-    double sum = 0;
-    for (uint32_t i = 0; i < ranks_[r].slots.size(); ++i) {
-      auto it = inspections_.find({r, i});
-      if (it == inspections_.end()) continue;
-      stats.overflow = stats.overflow || it->second.first;
-      sum += it->second.second;
-    }
-    per_rank.push_back(sum);
-  }
-  stats.squared_norm = PairwiseSum(per_rank.data(), per_rank.size());
-  return stats;
-}
-
 absl::StatusOr<StepStats> Job::PrepareStep(uint64_t step, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   if (!settings_.external_step_agreement) {
     return absl::FailedPreconditionError(absl::StrCat(
         "PrepareStep: job '", settings_.name, "' was not created with external_step_agreement"));
   }
-  if (step > next_step_) {
+  if (step > barrier_.next_step()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("PrepareStep for step ", step, " is too early; the job is at step ", next_step_));
+        absl::StrCat("PrepareStep for step ", step, " is too early; the job is at step ", barrier_.next_step()));
   }
   while (true) {
-    auto it = prepared_.find(step);
-    if (it != prepared_.end()) return it->second;
+    if (const StepStats* prepared = barrier_.Prepared(step)) return *prepared;
     if (!worker_error_.ok()) return worker_error_;
-    if (step < next_step_) {
+    if (step < barrier_.next_step()) {
       return absl::NotFoundError(absl::StrCat("the local stats of step ", step, " are no longer kept"));
     }
     if (stopping_) return absl::UnavailableError("the daemon is stopping");
     if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("PrepareStep ", step, " of job '", settings_.name,
-                                                      "': ", grads_missing_, " local gradients are still missing"));
+                                                      "': ", barrier_.grads_missing(), " local gradients are still missing"));
     }
   }
 }
@@ -833,40 +706,9 @@ absl::Status Job::CommitStep(uint64_t step, const StepStats& global) {
     return absl::FailedPreconditionError(absl::StrCat(
         "CommitStep: job '", settings_.name, "' was not created with external_step_agreement"));
   }
-  if (auto it = committed_.find(step); it != committed_.end()) {
-    if (it->second == global) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CommitStep for step ", step, " says overflow=", global.overflow, " squared_norm=", global.squared_norm,
-        " but the step was committed with overflow=", it->second.overflow,
-        " squared_norm=", it->second.squared_norm, " (every rank must commit the all-reduced values)"));
-  }
-  if (step != next_step_) {
-    return absl::FailedPreconditionError(absl::StrCat("CommitStep for step ", step, "; the job is at step ",
-                                                      next_step_));
-  }
-  auto it = prepared_.find(step);
-  if (it == prepared_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CommitStep for step ", step, " before every local rank's gradients are in (call PrepareStep first)"));
-  }
-  const StepStats& local = it->second;
-  if (std::isnan(global.squared_norm) ? !global.overflow : global.squared_norm < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("CommitStep: squared_norm ", global.squared_norm,
-                                                   " is not a sum of squares"));
-  }
-  if (local.overflow && !global.overflow) {
-    return absl::InvalidArgumentError(
-        "CommitStep: this daemon's gradients overflowed but the committed overflow flag is false "
-        "(all-reduce the flags with MAX/OR)");
-  }
-  if (!global.overflow && global.squared_norm < local.squared_norm) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CommitStep: the global squared_norm ", global.squared_norm, " is below this daemon's own ",
-        local.squared_norm, " (all-reduce PrepareStep's squared_norm with SUM)"));
-  }
-  committed_[step] = global;
-  committed_.erase(step >= 64 ? step - 64 : UINT64_MAX);
-  step_queued_ = true;
+  bool queued = false;
+  STRATA_RETURN_IF_ERROR(barrier_.Commit(step, global, &queued));
+  if (!queued) return absl::OkStatus();  // an equal commit again
   queue_.push_back(WorkItem{WorkItem::kRunStep, 0, 0});
   ScheduleLocked();
   changed_.SignalAll();
@@ -876,16 +718,15 @@ absl::Status Job::CommitStep(uint64_t step, const StepStats& global) {
 absl::StatusOr<StepOutcome> Job::WaitStep(uint64_t step, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   while (true) {
-    auto it = outcomes_.find(step);
-    if (it != outcomes_.end()) return it->second;
+    if (const StepOutcome* outcome = barrier_.Outcome(step)) return *outcome;
     if (!worker_error_.ok()) return worker_error_;
-    if (step < next_step_) {
+    if (step < barrier_.next_step()) {
       return absl::NotFoundError(absl::StrCat("the outcome of step ", step, " is no longer kept"));
     }
     if (stopping_) return absl::UnavailableError("the daemon is stopping");
     if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "step ", step, " of job '", settings_.name, "' did not finish in time; ", grads_missing_,
+          "step ", step, " of job '", settings_.name, "' did not finish in time; ", barrier_.grads_missing(),
           " gradients are still missing"));
     }
   }
@@ -908,11 +749,7 @@ void Job::RunTurn() {
   if (item.kind == WorkItem::kRunStep) RunStep();
   if (item.kind == WorkItem::kPrepare) {
     absl::MutexLock lock(&mu_);
-    if (grads_missing_ == 0 && !step_queued_) {
-      prepared_[next_step_] = LocalStatsLocked();
-      prepared_.erase(next_step_ >= 64 ? next_step_ - 64 : UINT64_MAX);
-      changed_.SignalAll();
-    }
+    if (barrier_.PrepareOpenStep()) changed_.SignalAll();
   }
   absl::MutexLock lock(&mu_);
   if (item.kind == WorkItem::kInspect && item.rank < ranks_.size() && ranks_[item.rank].grad_work > 0) {
@@ -940,19 +777,19 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
     PublishDoorbellsLocked();
     return;
   }
-  inspections_[{rank, index}] = {*overflow, *norm};
+  barrier_.Inspected(rank, index, *overflow, *norm);
   if (param_cache_ != nullptr) {
     FitWindowLocked(rank, index);
     return;
   }
-  if (!early_apply_ || ranks_[rank].applied[index]) return;
+  if (!early_apply_ || barrier_.applied(rank, index)) return;
   // Nothing global decides this shard's update (no loss scaling, no
   // clipping): step it now, while the trainers are still in backward.
   const int64_t optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
   std::vector<std::vector<ExchangeSlot>> slots;
   for (const RankState& r : ranks_) slots.push_back(r.slots);
   const std::vector<OptimizerHyperparams> hp = HyperparamsLocked();
-  ranks_[rank].applied[index] = true;
+  barrier_.MarkApplied(rank, index);
   mu_.Unlock();
   absl::Status status;
   {
@@ -993,9 +830,9 @@ void Job::FitWindowLocked(uint32_t rank, uint32_t index) {
   if (!spilled.ok()) {
     worker_error_ = absl::Status(
         spilled.code(),
-        absl::StrCat(spilled.message(), "; nothing of step ", next_step_, " of job '", settings_.name,
+        absl::StrCat(spilled.message(), "; nothing of step ", barrier_.next_step(), " of job '", settings_.name,
                      "' was committed (the job's NVMe state is its last commit). Attach its ranks again (Attach, "
-                     "RegisterTensors, no InitParams) and resend step ", next_step_, "'s gradients"));
+                     "RegisterTensors, no InitParams) and resend step ", barrier_.next_step(), "'s gradients"));
     reload_needed_ = true;
     changed_.SignalAll();
     PublishDoorbellsLocked();
@@ -1097,13 +934,13 @@ void Job::RunStep() {
     // A failed gradient spill (FitWindowLocked) failed this step already:
     // nothing of it may be applied or committed; the job is reloaded.
     if (reload_needed_) return;
-    StepStats stats = LocalStatsLocked();
-    if (settings_.external_step_agreement) stats = committed_.at(next_step_);
+    StepStats stats = barrier_.LocalStats();
+    if (settings_.external_step_agreement) stats = barrier_.CommittedOpenStep();
     overflow = stats.overflow;
     squared = stats.squared_norm;
     scale = scaler_.scale();
     scaler_enabled = scaler_.enabled();
-    step = next_step_;
+    step = barrier_.next_step();
     optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
     for (const RankState& r : ranks_) slots.push_back(r.slots);
     hp = HyperparamsLocked();
@@ -1125,7 +962,7 @@ void Job::RunStep() {
       for (uint32_t r = 0; r < slots.size(); ++r) {
         for (const ExchangeSlot& s : slots[r]) {
           // Shards the early path already stepped (see Inspect) are done.
-          if (!ranks_[r].applied[s.layout.index]) ids.push_back(ShardId{r, s.layout.index});
+          if (!barrier_.applied(r, s.layout.index)) ids.push_back(ShardId{r, s.layout.index});
         }
       }
     }
@@ -1227,22 +1064,11 @@ void Job::RunStep() {
   outcome.next_loss_scale = scaler_.scale();
   if (!skip) ++optimizer_steps_;
   outcome.optimizer_steps = optimizer_steps_;
-  outcomes_[step] = outcome;
-  outcomes_.erase(step >= 64 ? step - 64 : UINT64_MAX);  // keep a bounded history
   if (skip) ++counters_.steps_skipped;
   else ++counters_.steps_applied;
   counters_.last_step_s = seconds;
   counters_.total_step_s += seconds;
-  inspections_.clear();
-  grads_missing_ = 0;
-  for (RankState& r : ranks_) {
-    std::fill(r.grad_ready.begin(), r.grad_ready.end(), false);
-    std::fill(r.applied.begin(), r.applied.end(), false);
-    grads_missing_ += r.grad_ready.size();
-  }
-  step_queued_ = false;
-  step_has_grads_ = false;
-  next_step_ = step + 1;
+  barrier_.Finish(step, outcome);
   PublishStepLocked(step, outcome);
   changed_.SignalAll();
 }
@@ -1259,11 +1085,11 @@ JobRecord Job::RecordLocked() const {
   JobRecord record;
   record.settings = JobSettingsToRequest(settings_);
   record.tensors = tensors_;
-  record.next_step = next_step_;
+  record.next_step = barrier_.next_step();
   record.optimizer_steps = optimizer_steps_;
   record.loss_scaler = scaler_.state();
   record.groups = group_of_;
-  record.group_hyperparams = group_hp_;
+  record.group_hyperparams = barrier_.group_hyperparams();
   if (supplied_) record.partitions = supplied_partitions_;
   record.owner_uid = settings_.owner_uid;
   return record;
@@ -1271,11 +1097,9 @@ JobRecord Job::RecordLocked() const {
 
 void Job::ApplyRecordLocked(const JobRecord& record) {
   for (RankState& rank : ranks_) rank.initialized = true;
-  next_step_ = record.next_step;
+  barrier_.Restore(record.next_step, record.group_hyperparams);
   optimizer_steps_ = record.optimizer_steps;
   scaler_ = LossScaler(settings_.loss_scale, record.loss_scaler);
-  group_hp_ = record.group_hyperparams;
-  group_hp_step_.reset();
 }
 
 absl::Status Job::WriteRecord(const std::string& record) {

@@ -42,6 +42,7 @@
 #include "daemon/pinned_budget.h"
 #include "daemon/request_limits.h"
 #include "daemon/shard_state_store.h"
+#include "daemon/step_barrier.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tiers/pinned_arena.h"
 #include "tiers/transfer_executor.h"
@@ -50,21 +51,6 @@ namespace strata {
 
 class ExtentStore;
 class Tier;
-
-// A daemon's share of a step's gradient checks (PrepareStep), or the values
-// agreed across daemons (CommitStep).
-struct StepStats {
-  bool overflow = false;
-  double squared_norm = 0;  // of the loss-scaled gradients
-  bool operator==(const StepStats&) const = default;
-};
-
-struct StepOutcome {
-  bool skipped = false;
-  double next_loss_scale = 1.0;
-  double grad_norm = 0.0;
-  uint64_t optimizer_steps = 0;
-};
 
 struct JobCounters {
   uint64_t steps_applied = 0;
@@ -254,8 +240,6 @@ class Job {
   // where its shards are in the step.
   struct RankState : ExchangeWindow {
     bool initialized = false;
-    std::vector<bool> grad_ready;
-    std::vector<bool> applied;  // stepped early, this step (see early_apply_)
     // Infinity: where each shard's gradient of the open step is.
     enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled };
     std::vector<GradAt> grad_at;
@@ -329,8 +313,6 @@ class Job {
   // copies deleted (before the commit, so none becomes durable).
   void ClearGradsAfterStep();
   void RunStep();
-  // Sums the inspections of the local ranks (see PrepareStep).
-  StepStats LocalStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // REQUIRES: states_mu_ held.
   // Each run of same-group elements is stepped with hp[group].
   // `shard_done`, when set, runs after a shard's last tile was stepped (the
@@ -391,27 +373,13 @@ class Job {
   // publishes a rank once (ranks_ never grows once built); its lock is a
   // leaf, never held while taking another.
   ExchangeRegions regions_;
-  uint64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;  // the step GradReady fills
-  uint64_t grads_missing_ ABSL_GUARDED_BY(mu_) = 0;
-  bool step_queued_ ABSL_GUARDED_BY(mu_) = false;
-  // Overflow and squared norm per (rank, index) of the step being filled.
-  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, std::pair<bool, double>> inspections_
-      ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, StepOutcome> outcomes_ ABSL_GUARDED_BY(mu_);
+  // The step protocol's state: the open step, whose gradients are in, the
+  // hyperparameters, the inspections, the outcomes (daemon/step_barrier.h).
+  StepBarrier barrier_ ABSL_GUARDED_BY(mu_);
   absl::Status worker_error_ ABSL_GUARDED_BY(mu_);
   bool reload_needed_ ABSL_GUARDED_BY(mu_) = false;  // see NeedsReload
   LossScaler scaler_ ABSL_GUARDED_BY(mu_);
   uint64_t optimizer_steps_ ABSL_GUARDED_BY(mu_) = 0;
-  // Per-group hyperparameters in force (BeginStep's values without the
-  // job-wide fields); empty = the job's optimizer settings for every group.
-  std::vector<strata::v1::GroupHyperparams> group_hp_ ABSL_GUARDED_BY(mu_);
-  // The step group_hp_ was set for, when BeginStep set it.
-  std::optional<uint64_t> group_hp_step_ ABSL_GUARDED_BY(mu_);
-  bool step_has_grads_ ABSL_GUARDED_BY(mu_) = false;  // a GradReady came for next_step_
-  // external_step_agreement: this daemon's stats and the committed global
-  // ones, per step (a bounded history, as outcomes_).
-  absl::flat_hash_map<uint64_t, StepStats> prepared_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, StepStats> committed_ ABSL_GUARDED_BY(mu_);
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
   // Infinity: bytes of gradient slots holding a gradient (kInSlot).
   uint64_t grad_resident_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -114,18 +114,16 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
           "the job's last step failed (", worker_error_.message(), "); checkpoint it after it resumes: attach "
           "its ranks again and the daemon reloads it at its last committed step"));
     }
-    if (step_queued_) {
+    if (barrier_.step_queued()) {
       return absl::FailedPreconditionError("a step is running; checkpoint between steps (after WaitStep)");
     }
     for (uint32_t r = 0; r < ranks_.size(); ++r) {
       if (!ranks_[r].initialized) {
         return absl::FailedPreconditionError(absl::StrCat("rank ", r, " has not initialized its params"));
       }
-      for (bool applied : ranks_[r].applied) {
-        if (applied) {
-          return absl::FailedPreconditionError(
-              "part of the next step is already applied; checkpoint between steps (after WaitStep)");
-        }
+      if (barrier_.AnyApplied()) {
+        return absl::FailedPreconditionError(
+            "part of the next step is already applied; checkpoint between steps (after WaitStep)");
       }
       slots.push_back(ranks_[r].slots);
       regions.push_back(ranks_[r].exchange.data());
