@@ -7,15 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/status_macros.h"
-#include "daemon/host_shard_state_store.h"
-#include "daemon/nvme_shard_state_store.h"
 #include "swap/aligned_buffer.h"
 #include "swap/extent_store.h"
 
 namespace strata {
 namespace {
 
-constexpr uint64_t kPage = 4096;
 constexpr uint32_t kMaxGroups = StepBarrier::kMaxGroups;
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
@@ -24,11 +21,8 @@ uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(uint64_t id, JobSettings settings, JobServices services) {
   if (services.optimizer == nullptr) return absl::InternalError("job created without a CPU optimizer");
-  if (settings.mode == strata::v1::MODE_INFINITY && services.nvme == nullptr) {
-    return absl::FailedPreconditionError(
-        "MODE_INFINITY needs the NVMe tier, and this daemon has none: start stratad with --nvme_path DIR");
-  }
-  std::unique_ptr<Job> job(new Job(id, std::move(settings), services));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StepPipeline> pipeline, MakeStepPipeline(id, settings, services));
+  std::unique_ptr<Job> job(new Job(id, std::move(settings), services, std::move(pipeline)));
   if (job->workers_ == nullptr) {
     STRATA_ASSIGN_OR_RETURN(job->own_workers_, ThreadPoolExecutor::Create(1));
     job->workers_ = job->own_workers_.get();
@@ -36,13 +30,12 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(uint64_t id, JobSettings settin
   return job;
 }
 
-Job::Job(uint64_t id, JobSettings settings, JobServices services)
+Job::Job(uint64_t id, JobSettings settings, JobServices services, std::unique_ptr<StepPipeline> pipeline)
     : id_(id),
       settings_(std::move(settings)),
       services_(services),
       slot_dtypes_{settings_.param_dtype, settings_.grad_dtype},
-      early_apply_(settings_.mode == strata::v1::MODE_OFFLOAD && !settings_.loss_scale.enabled &&
-                   settings_.gradient_clipping <= 0),
+      pipeline_(std::move(pipeline)),
       regions_(slot_dtypes_),
       scaler_(settings_.loss_scale),
       workers_(services.workers) {}
@@ -52,10 +45,10 @@ Job::~Job() {
   Stop();
   // The cache's I/O thread reads into the ranks' exchange regions: stop it
   // before those are unmapped (members are destroyed after this body).
-  param_cache_.reset();
+  pipeline_->CloseWindow();
   // Writes never committed (a failed step, a load or registration cut
   // short) must not be committed by anyone else later: drop them.
-  if (services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {
+  if (pipeline_->durable()) {
     absl::MutexLock lock(&commit_mu_);
     if (superseded_) return;  // the shards are its replacement's now
     services_.nvme->Rollback(id_);
@@ -72,7 +65,7 @@ void Job::Supersede() {
   Stop();
   absl::MutexLock states_lock(&states_mu_);  // a pass in progress (InitParams) ends first
   absl::MutexLock lock(&commit_mu_);
-  if (superseded_ || services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return;
+  if (superseded_ || !pipeline_->durable()) return;
   services_.nvme->Rollback(id_);
   superseded_ = true;
 }
@@ -109,14 +102,14 @@ JobCounters Job::counters() const {
   {
     absl::MutexLock lock(&mu_);
     c = counters_;
-    c.pinned_reserved_bytes = pinned_reservation_.bytes() + window_reservation_.bytes();
+    c.pinned_reserved_bytes = pipeline_->pinned_bytes();
     for (const RankState& r : ranks_) {
       c.pinned_reserved_bytes += r.pinned.bytes();
-      if (param_cache_ != nullptr && r.built) c.window_resident_bytes += r.exchange.ResidentBytes().value_or(0);
+      if (pipeline_->windowed() && r.built) c.window_resident_bytes += r.exchange.ResidentBytes().value_or(0);
     }
-    if (param_cache_ != nullptr) c.window_budget_bytes = param_budget_;
+    pipeline_->CountLocked(mu_, c);
   }
-  if (param_cache_ != nullptr) c.params = param_cache_->stats();
+  c.params = pipeline_->param_stats();
   return c;
 }
 
@@ -196,22 +189,7 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
   STRATA_ASSIGN_OR_RETURN(const uint64_t largest_bytes, CheckedMul(largest_shard, 4, "largest shard bytes"));
   const uint64_t tile_bytes =
       std::min<uint64_t>(services_.io_tile_bytes, std::max<uint64_t>(RoundUp(largest_bytes, 4096), 4096));
-  if (settings_.mode == strata::v1::MODE_INFINITY) {
-    const uint64_t streams = 1 + state_layout.exp_avg + state_layout.exp_avg_sq + state_layout.max_exp_avg_sq;
-    const uint64_t tile_elements = std::max<uint64_t>(tile_bytes / 4 / 1024 * 1024, 1024);
-    if (services_.pinned != nullptr) {
-      // Bounded by 3 x 4 x io_tile_bytes; each rank's region and host states
-      // are reserved by BuildRankLocked.
-      STRATA_ASSIGN_OR_RETURN(
-          pinned_reservation_,
-          services_.pinned->Reserve(3 * streams * tile_elements * 4,
-                                    absl::StrCat("job '", settings_.name, "' NVMe staging")));
-    }
-    STRATA_ASSIGN_OR_RETURN(states_, NvmeShardStateStore::Create(id_, state_layout, services_.nvme,
-                                                                  tile_bytes));
-  } else {
-    states_ = std::make_unique<HostShardStateStore>(state_layout);
-  }
+  STRATA_ASSIGN_OR_RETURN(states_, pipeline_->MakeStates(state_layout, tile_bytes));
   ranks_.resize(settings_.world_size);
   for (uint32_t r = 0; r < settings_.world_size; ++r) {
     if (!settings_.IsLocal(r)) {
@@ -222,41 +200,11 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
   for (uint32_t r = 0; r < settings_.world_size; ++r) {
     if (to_build[r]) STRATA_RETURN_IF_ERROR(BuildRankLocked(r, std::move(*to_build[r]), adopt));
   }
-  if (settings_.mode == strata::v1::MODE_INFINITY) {
-    uint64_t largest_param_slot = 0, largest_grad_slot = 0, total_bytes = 0, built = 0;
-    for (const RankState& rank : ranks_) {
-      if (!rank.built) continue;
-      ++built;
-      for (const ExchangeSlot& slot : rank.slots) {
-        largest_param_slot = std::max(largest_param_slot, ParamSlotBytes(slot));
-        largest_grad_slot = std::max(largest_grad_slot, GradSlotBytes(slot));
-        total_bytes += ParamSlotBytes(slot) + GradSlotBytes(slot);
-      }
-    }
-    // The window budget covers params and gradients in their slots.
-    uint64_t budget = settings_.pinned_budget_bytes;
-    // Everything may stay up (ranks not yet registered are assumed alike).
-    if (budget == 0 && built > 0) budget = total_bytes / built * settings_.world_size;
-    // Room to work: a step writes one param slot beside a gradient.
-    budget = std::max(budget, 2 * largest_param_slot + largest_grad_slot);
-    param_budget_ = budget;
-    STRATA_ASSIGN_OR_RETURN(grad_spill_, GradSpill::Create(id_, services_.nvme, largest_grad_slot));
-    if (services_.pinned != nullptr) {
-      // The window's budget and the staging that spilled gradients come back through.
-      STRATA_ASSIGN_OR_RETURN(
-          window_reservation_,
-          services_.pinned->Reserve(budget + grad_spill_->staging_bytes(),
-                                    absl::StrCat("job '", settings_.name, "' window (pinned_budget_bytes)")));
-    }
-    param_cache_ = std::make_unique<ParamCache>(
-        id_, settings_.world_size, services_.nvme,
-        [this](uint32_t r, uint32_t index) {
-          const auto [slot, bytes] = regions_.ParamShard(r, index);
-          return ParamCache::ShardRef{slot, bytes};
-        },
-        budget, /*lookahead=*/4, workers_,
-        [this](uint32_t r, uint32_t index) { regions_.DiscardParamSlot(r, index); });
+  std::vector<const std::vector<ExchangeSlot>*> built;
+  for (const RankState& rank : ranks_) {
+    if (rank.built) built.push_back(&rank.slots);
   }
+  STRATA_RETURN_IF_ERROR(pipeline_->OpenWindow(built, &regions_, workers_, [this] { RollbackUncommitted(); }));
   return absl::OkStatus();
 }
 
@@ -265,45 +213,26 @@ absl::Status Job::BuildRankLocked(uint32_t r, std::vector<ShardLayout> shards, b
   RankState& rank = ranks_[r];
   const RequestLimits& limits = Limits();
   const StateLayout state_layout = StateLayoutFor(settings_.optimizer);
-  const uint64_t streams = 1 + state_layout.exp_avg + state_layout.exp_avg_sq + state_layout.max_exp_avg_sq;
   // Sizes may come from a trainer: every product and sum is checked, and the
   // whole footprint is known (and refused, when too big) before anything is
   // allocated.
   STRATA_ASSIGN_OR_RETURN(ExchangeLayout layout, LayOutExchange(std::move(shards), slot_dtypes_, group_of_));
-  uint64_t state_bytes = 0;
-  for (const ExchangeSlot& slot : layout.slots) {
-    const uint64_t pslot = slot_dtypes_.ParamSlotBytes(slot);
-    if (param_cache_ != nullptr && pslot > param_budget_ / 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", r, " shard ", slot.layout.index, " needs ", pslot,
-          " bytes of param slot, more than half the job's pinned budget of ", param_budget_,
-          " bytes (raise pinned_budget_bytes or cut the shard)"));
-    }
-    if (settings_.mode != strata::v1::MODE_INFINITY) {
-      // HostShardStateStore keeps each shard's states in pinned memory.
-      STRATA_ASSIGN_OR_RETURN(const uint64_t sraw,
-                              CheckedMul(slot.layout.padded_numel, streams * 4, "state bytes"));
-      STRATA_ASSIGN_OR_RETURN(const uint64_t spage, CheckedRoundUp(std::max(sraw, kPage), kPage, "state bytes"));
-      STRATA_ASSIGN_OR_RETURN(state_bytes, CheckedAdd(state_bytes, spage, "state bytes"));
-    }
-  }
+  STRATA_ASSIGN_OR_RETURN(const uint64_t pinned_bytes, pipeline_->RankPinnedBytes(r, layout, state_layout));
   const uint64_t region_bytes = layout.region_bytes;
   if (region_bytes > limits.max_region_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("rank ", r, "'s exchange region would be ", region_bytes,
                                                      " bytes; max_region_bytes is ", limits.max_region_bytes));
   }
-  const bool window = settings_.mode == strata::v1::MODE_INFINITY;
-  // An Infinity region is a window: memory only for the slots in use, within
-  // the job's budget, which BuildLayoutsLocked reserves once for the job.
-  if (services_.pinned != nullptr && !window) {
-    STRATA_ASSIGN_OR_RETURN(const uint64_t pinned_bytes, CheckedAdd(region_bytes, state_bytes, "pinned bytes"));
+  // A windowed region has memory only for the slots in use, within the
+  // job's budget, which the pipeline reserves once for the job.
+  const bool window = pipeline_->windowed();
+  if (services_.pinned != nullptr && pinned_bytes > 0) {
     STRATA_ASSIGN_OR_RETURN(rank.pinned, services_.pinned->Reserve(pinned_bytes, absl::StrCat("job '", settings_.name,
                                                                                              "' rank ", r)));
   }
   STRATA_RETURN_IF_ERROR(rank.Map(std::move(layout), absl::StrCat("strata-job", id_, "-rank", r), !window));
   barrier_.AddRank(r, settings_.world_size, rank.slots.size());
-  rank.grad_at.assign(rank.slots.size(), RankState::kNowhere);
-  rank.grad_signals.assign(rank.slots.size(), 0);
+  pipeline_->AddRankLocked(mu_, r, settings_.world_size, rank.slots.size());
   for (const ExchangeSlot& slot : rank.slots) {
     STRATA_RETURN_IF_ERROR(adopt ? states_->Adopt(r, slot.layout.index, slot.layout.padded_numel)
                                  : states_->Create(r, slot.layout.index, slot.layout.padded_numel));
@@ -458,7 +387,7 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
                      settings_.world_size));
   }
   if (tensors.empty()) return absl::InvalidArgumentError("RegisterTensors: no tensors given");
-  if (registered_ && rank < ranks_.size() && ranks_[rank].built && param_cache_ != nullptr) {
+  if (registered_ && rank < ranks_.size() && ranks_[rank].built && pipeline_->windowed()) {
     // A re-attached rank (its process restarted) is about to map the window
     // and write gradients again. Gradients its previous process sent may
     // still be inspected and spilled, and a spill ends by discarding the
@@ -495,14 +424,15 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
       supplied_ = false;
       supplied_partitions_.clear();
       owned_.clear();
-      for (uint32_t r = 0; r < ranks_.size(); ++r) barrier_.DropRank(r);
+      for (uint32_t r = 0; r < ranks_.size(); ++r) {
+        barrier_.DropRank(r);
+        pipeline_->DropRankLocked(mu_, r);
+      }
       ranks_.clear();
       regions_.Clear();
-      param_cache_.reset();
-      grad_spill_.reset();
+      pipeline_->CloseWindow();
       states_.reset();
-      window_reservation_ = PinnedBudget::Reservation();
-      pinned_reservation_ = PinnedBudget::Reservation();
+      pipeline_->ReleasePinned();
       return s;
     }
     registered_ = true;
@@ -558,6 +488,7 @@ absl::Status Job::Register(uint32_t rank, const std::vector<TensorSpec>& tensors
   if (!s.ok()) {
     ranks_[rank] = RankState{};
     barrier_.DropRank(rank);
+    pipeline_->DropRankLocked(mu_, rank);
     supplied_partitions_[rank].clear();
     for (auto& runs : owned_) {
       for (auto it = runs.begin(); it != runs.end();) it = it->second.second == rank ? runs.erase(it) : std::next(it);
@@ -612,11 +543,10 @@ absl::Status Job::InitParams(uint32_t rank) {
     spans.grad = regions_.GradSlot(rank, slot);
     spans.grad_dtype = settings_.grad_dtype;
     STRATA_RETURN_IF_ERROR(opt->InitializeState(hp, spans));
-    // Infinity: the shard's params go home as soon as they are read, and
-    // the window keeps only what its budget allows (the trainer wrote every
-    // slot; they are freed shard by shard).
-    if (param_cache_ != nullptr && tile.offset + tile.size == slot.layout.padded_numel) {
-      STRATA_RETURN_IF_ERROR(param_cache_->StoreHome(rank, slot.layout.index));
+    // The pipeline takes each shard's params once read (Infinity: home to
+    // NVMe, the window keeping what its budget allows).
+    if (tile.offset + tile.size == slot.layout.padded_numel) {
+      STRATA_RETURN_IF_ERROR(pipeline_->ParamsWritten(rank, slot.layout.index));
     }
     return absl::OkStatus();
   }));
@@ -627,7 +557,7 @@ absl::Status Job::InitParams(uint32_t rank) {
     bool all = true;
     for (const RankState& r : ranks_) all = all && r.initialized;
     if (all) PublishDoorbellsLocked();  // gradients are accepted from now on
-    if (!all || services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return absl::OkStatus();
+    if (!all || !pipeline_->durable()) return absl::OkStatus();
     record = SerializeJobRecord(RecordLocked());
   }
   return CommitWithRecord(record);
@@ -651,13 +581,8 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
   // A duplicate (see StepBarrier::Accept) changes nothing.
   STRATA_ASSIGN_OR_RETURN(const bool taken, barrier_.Accept(rank, index, step));
   if (!taken) return absl::OkStatus();
-  if (param_cache_ != nullptr && r.grad_at[index] != RankState::kInSlot) {
-    // In its slot now (a re-sent gradient replaces a spilled copy).
-    r.grad_at[index] = RankState::kInSlot;
-    grad_resident_bytes_ += GradSlotBytes(r.slots[index]);
-  }
+  pipeline_->GradArrivedLocked(mu_, rank, index, r.slots[index]);
   // Sending a gradient again replaces it: inspect the new contents.
-  if (r.grad_signals.size() == r.slots.size()) ++r.grad_signals[index];
   if (inspect_queued_.insert({rank, index}).second) {
     queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
     ++r.grad_work;
@@ -778,11 +703,20 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
     return;
   }
   barrier_.Inspected(rank, index, *overflow, *norm);
-  if (param_cache_ != nullptr) {
-    FitWindowLocked(rank, index);
+  // Infinity: keeps the window within its budget, maybe spilling this
+  // gradient (mu_ is released while it is written).
+  if (absl::Status fit = pipeline_->AfterInspectLocked(mu_, rank, index, slot); !fit.ok()) {
+    worker_error_ = absl::Status(
+        fit.code(),
+        absl::StrCat(fit.message(), "; nothing of step ", barrier_.next_step(), " of job '", settings_.name,
+                     "' was committed (the job's NVMe state is its last commit). Attach its ranks again (Attach, "
+                     "RegisterTensors, no InitParams) and resend step ", barrier_.next_step(), "'s gradients"));
+    reload_needed_ = true;
+    changed_.SignalAll();
+    PublishDoorbellsLocked();
     return;
   }
-  if (!early_apply_ || barrier_.applied(rank, index)) return;
+  if (!pipeline_->early_apply() || barrier_.applied(rank, index)) return;
   // Nothing global decides this shard's update (no loss scaling, no
   // clipping): step it now, while the trainers are still in backward.
   const int64_t optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
@@ -805,71 +739,9 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   }
 }
 
-void Job::FitWindowLocked(uint32_t rank, uint32_t index) {
-  RankState& r = ranks_[rank];
-  if (r.grad_at[index] != RankState::kInSlot) return;
-  // Clean params go first: they are copies of their NVMe homes.
-  const uint64_t params = param_cache_->SetReserved(grad_resident_bytes_);
-  if (params + grad_resident_bytes_ <= param_budget_) return;
-  // Still over (pinned params, or gradients alone fill the budget): this
-  // gradient, inspected already, goes to NVMe until the step needs it.
-  const ExchangeSlot slot = r.slots[index];
-  const uint64_t bytes = GradSlotBytes(slot);
-  const uint64_t signals = index < r.grad_signals.size() ? r.grad_signals[index] : 0;
-  mu_.Unlock();
-  absl::Status spilled = grad_spill_->Spill(rank, index, absl::Span<const std::byte>(regions_.GradSlot(rank, slot), bytes));
-  if (!spilled.ok()) {
-    // A device fault (EIO, ENOSPC, a torn write) is reported as a failed
-    // step would be, not hidden: nothing of the step is kept (the spills so
-    // far are dropped) and the job is reloaded from its last commit when its
-    // ranks attach again and resend the step's gradients.
-    absl::MutexLock commit_lock(&commit_mu_);
-    if (!superseded_) services_.nvme->Rollback(id_);
-  }
-  mu_.Lock();
-  if (!spilled.ok()) {
-    worker_error_ = absl::Status(
-        spilled.code(),
-        absl::StrCat(spilled.message(), "; nothing of step ", barrier_.next_step(), " of job '", settings_.name,
-                     "' was committed (the job's NVMe state is its last commit). Attach its ranks again (Attach, "
-                     "RegisterTensors, no InitParams) and resend step ", barrier_.next_step(), "'s gradients"));
-    reload_needed_ = true;
-    changed_.SignalAll();
-    PublishDoorbellsLocked();
-    return;
-  }
-  if (r.grad_at[index] != RankState::kInSlot) return;
-  // The trainer sent this gradient again while it was being written out: the
-  // slot holds the new one (its inspection is queued) and the copy on NVMe is
-  // stale, so the slot is kept. Checked and discarded under mu_, so a
-  // GradReady cannot slip in between.
-  if (index < r.grad_signals.size() && r.grad_signals[index] != signals) return;
-  regions_.DiscardGradSlot(rank, slot);
-  r.grad_at[index] = RankState::kSpilled;
-  grad_resident_bytes_ -= bytes;
-  counters_.grad_bytes_spilled += bytes;
-  param_cache_->SetReserved(grad_resident_bytes_);
-}
-
-void Job::ClearGradsAfterStep() {
-  std::vector<std::pair<uint32_t, ExchangeSlot>> in_slot;
-  {
-    absl::MutexLock lock(&mu_);
-    for (uint32_t rank = 0; rank < ranks_.size(); ++rank) {
-      RankState& r = ranks_[rank];
-      for (size_t i = 0; i < r.grad_at.size(); ++i) {
-        if (r.grad_at[i] == RankState::kInSlot) in_slot.emplace_back(rank, r.slots[i]);
-        r.grad_at[i] = RankState::kNowhere;
-      }
-    }
-    grad_resident_bytes_ = 0;
-    counters_.grad_bytes_read_back = grad_spill_->read_back_bytes();
-  }
-  // The step consumed them; the next step's gradients are written anew.
-  for (const auto& [rank, slot] : in_slot) regions_.DiscardGradSlot(rank, slot);
-  param_cache_->SetReserved(0);
-  grad_spill_->EndReadback();
-  grad_spill_->DeleteAll();
+void Job::RollbackUncommitted() {
+  absl::MutexLock commit_lock(&commit_mu_);
+  if (!superseded_) services_.nvme->Rollback(id_);
 }
 
 absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
@@ -931,7 +803,7 @@ void Job::RunStep() {
   std::vector<OptimizerHyperparams> hp;
   {
     absl::MutexLock lock(&mu_);
-    // A failed gradient spill (FitWindowLocked) failed this step already:
+    // A failed gradient spill (AfterInspectLocked) failed this step already:
     // nothing of it may be applied or committed; the job is reloaded.
     if (reload_needed_) return;
     StepStats stats = barrier_.LocalStats();
@@ -967,54 +839,11 @@ void Job::RunStep() {
       }
     }
     absl::MutexLock states_lock(&states_mu_);
-    if (param_cache_ != nullptr) param_cache_->BeginUpdate();
-    std::function<absl::Status(const ShardId&)> shard_done;
-    std::function<absl::StatusOr<const std::byte*>(const ShardId&)> grad_source;
-    std::vector<std::vector<RankState::GradAt>> grad_at;
-    if (param_cache_ != nullptr) {
-      {
-        absl::MutexLock lock(&mu_);
-        for (const RankState& r : ranks_) grad_at.push_back(r.grad_at);
-      }
-      // Spilled gradients come back in step order, the next one read while
-      // the step works on this one.
-      std::vector<std::pair<ShardId, uint64_t>> spilled;
-      for (const ShardId& id : ids) {
-        if (grad_at[id.rank][id.index] == RankState::kSpilled) {
-          spilled.emplace_back(id, GradSlotBytes(slots[id.rank][id.index]));
-        }
-      }
-      grad_spill_->BeginReadback(std::move(spilled));
-      grad_source = [&](const ShardId& id) -> absl::StatusOr<const std::byte*> {
-        if (grad_at[id.rank][id.index] == RankState::kSpilled) return grad_spill_->Next(id);
-        return regions_.GradSlot(id.rank, slots[id.rank][id.index]);
-      };
-      // The window: as each shard is stepped its gradient slot is freed and
-      // its new params go home; the cache keeps the param slot only within
-      // the budget, so the step never has every slot in memory at once.
-      shard_done = [&](const ShardId& id) {
-        if (grad_at[id.rank][id.index] == RankState::kInSlot) {
-          const ExchangeSlot& slot = slots[id.rank][id.index];
-          regions_.DiscardGradSlot(id.rank, slot);
-          uint64_t reserved;
-          {
-            absl::MutexLock lock(&mu_);
-            ranks_[id.rank].grad_at[id.index] = RankState::kNowhere;
-            grad_resident_bytes_ -= GradSlotBytes(slot);
-            reserved = grad_resident_bytes_;
-          }
-          param_cache_->SetReserved(reserved);
-        }
-        return param_cache_->StoreHome(id.rank, id.index);
-      };
-    }
-    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, shard_done, grad_source);
-    if (param_cache_ != nullptr) {
-      param_cache_->EndUpdate();
-      // Before the commit: no spilled copy may become durable.
-      ClearGradsAfterStep();
-    }
-    if (status.ok() && services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {
+    const StepHooks hooks = pipeline_->BeginStep(mu_, ids, slots);
+    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks.shard_done, hooks.grad_source);
+    // Before the commit: no spilled copy may become durable.
+    pipeline_->EndStep(mu_);
+    if (status.ok() && pipeline_->durable()) {
       // The record that goes into the same commit says this step is done.
       std::string record;
       {
@@ -1029,19 +858,18 @@ void Job::RunStep() {
       }
       status = CommitWithRecord(record);
     }
-  } else if (param_cache_ != nullptr) {
-    ClearGradsAfterStep();  // a skipped step's gradients are not needed either
+  } else {
+    pipeline_->SkipStep(mu_);  // a skipped step's gradients are not needed either
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  if (!status.ok() && services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY) {
+  if (!status.ok() && pipeline_->durable()) {
     // Nothing of the failed step may become durable (not even by the commit
     // of every owner at shutdown): back to the last committed step.
-    absl::MutexLock commit_lock(&commit_mu_);
-    if (!superseded_) services_.nvme->Rollback(id_);
+    RollbackUncommitted();
   }
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {
-    const bool nvme = services_.nvme != nullptr && settings_.mode == strata::v1::MODE_INFINITY;
+    const bool nvme = pipeline_->durable();
     worker_error_ = absl::Status(
         status.code(),
         absl::StrCat("optimizer step ", step, " of job '", settings_.name, "' failed: ", status.message(),
@@ -1123,7 +951,7 @@ absl::Status Job::CommitWithRecord(const std::string& record) {
 }
 
 absl::Status Job::Retire() {
-  if (services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return absl::OkStatus();
+  if (!pipeline_->durable()) return absl::OkStatus();
   absl::MutexLock lock(&commit_mu_);
   retired_ = true;
   return services_.nvme->DeleteOwner(id_);
@@ -1157,25 +985,20 @@ absl::Status Job::Acquire(uint32_t rank, const std::vector<uint32_t>& indices, a
     }
     if (!ranks_[rank].initialized) return absl::FailedPreconditionError("Acquire before InitParams");
   }
-  if (param_cache_ == nullptr) {
-    // Offload mode: params are always in the slots.
-    return absl::OkStatus();
-  }
-  return param_cache_->Acquire(rank, indices, deadline);
+  return pipeline_->Acquire(rank, indices, deadline);
 }
 
 absl::Status Job::Release(uint32_t rank, const std::vector<uint32_t>& indices) {
-  if (param_cache_ == nullptr) return absl::OkStatus();
-  return param_cache_->Release(rank, indices);
+  return pipeline_->Release(rank, indices);
 }
 
 absl::Status Job::IterationBoundary(uint32_t rank) {
-  if (param_cache_ != nullptr) param_cache_->IterationBoundary(rank);
+  pipeline_->IterationBoundary(rank);
   return absl::OkStatus();
 }
 
 void Job::DropPins(uint32_t rank) {
-  if (param_cache_ != nullptr) param_cache_->ReleaseAll(rank);
+  pipeline_->DropPins(rank);
 }
 
 }  // namespace strata

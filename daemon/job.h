@@ -43,6 +43,7 @@
 #include "daemon/request_limits.h"
 #include "daemon/shard_state_store.h"
 #include "daemon/step_barrier.h"
+#include "daemon/step_pipeline.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tiers/pinned_arena.h"
 #include "tiers/transfer_executor.h"
@@ -240,12 +241,6 @@ class Job {
   // where its shards are in the step.
   struct RankState : ExchangeWindow {
     bool initialized = false;
-    // Infinity: where each shard's gradient of the open step is.
-    enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled };
-    std::vector<GradAt> grad_at;
-    // GradReady signals per shard (any step): a spill that finds the count
-    // changed leaves the slot alone -- it holds a re-sent gradient.
-    std::vector<uint64_t> grad_signals;
     // Inspections of this rank's gradients queued or running (each may
     // spill and then discard the slot). A re-attached rank's Register waits
     // for 0, so its new process never writes a slot a discard then zeroes.
@@ -259,7 +254,7 @@ class Job {
     uint32_t index = 0;
   };
 
-  Job(uint64_t id, JobSettings settings, JobServices services);
+  Job(uint64_t id, JobSettings settings, JobServices services, std::unique_ptr<StepPipeline> pipeline);
   // The daemon's request limits, or the defaults when none were passed in.
   const RequestLimits& Limits() const;
   // Creates the state store and every local rank's shards: the daemon's own
@@ -305,20 +300,15 @@ class Job {
   void CloseDoorbells();
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
-  // Infinity, after an inspection: keeps params + gradients in the window's
-  // budget, evicting clean params first and spilling this gradient to NVMe
-  // when that is not enough. Called and returns with mu_ held.
-  void FitWindowLocked(uint32_t rank, uint32_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Infinity, after the step: every gradient slot's memory back, the spilled
-  // copies deleted (before the commit, so none becomes durable).
-  void ClearGradsAfterStep();
+  // Drops the job's uncommitted NVMe writes (a failed step), unless it was
+  // superseded; takes commit_mu_ only.
+  void RollbackUncommitted();
   void RunStep();
   // REQUIRES: states_mu_ held.
   // Each run of same-group elements is stepped with hp[group].
-  // `shard_done`, when set, runs after a shard's last tile was stepped (the
-  // Infinity window stores its params home and frees its slots there);
-  // `grad_source`, when set, gives each shard's gradient (a spilled one comes
-  // back from NVMe), else it is read from its slot.
+  // `shard_done`, when set, runs after a shard's last tile was stepped;
+  // `grad_source`, when set, gives each shard's gradient, else it is read
+  // from its slot (the pipeline's StepHooks).
   absl::Status ApplyShards(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
                            int64_t optimizer_step, float grad_scale, const std::vector<OptimizerHyperparams>& hp,
                            const std::function<absl::Status(const ShardId&)>& shard_done = nullptr,
@@ -331,18 +321,14 @@ class Job {
   const JobSettings settings_;
   const JobServices services_;
   const SlotDTypes slot_dtypes_;
-  // What this job pinned of the daemon's pinned_capacity (declared before
-  // the memory it accounts for, so it is given back after that is freed).
-  PinnedBudget::Reservation pinned_reservation_;  // infinity: NVMe staging
-  // ZeRO-Offload without loss scaling or clipping: each shard is stepped as
-  // soon as its gradient is in, overlapping the trainers' backward. With
-  // either, the update depends on every rank's gradients and waits for all.
-  const bool early_apply_;
+  // What the mode decides (daemon/step_pipeline.h). Declared before the
+  // memory its reservations account for, so they are given back after that
+  // is freed; ~Job closes its window before the regions go.
+  const std::unique_ptr<StepPipeline> pipeline_;
   std::unique_ptr<ShardStateStore> states_;
   // One states_ pass at a time: the NVMe store streams through one set of
   // staging tiles, and ranks call InitParams concurrently.
   mutable absl::Mutex states_mu_;
-  std::unique_ptr<ParamCache> param_cache_;  // MODE_INFINITY only
   // Orders the job's commits against Retire (a commit racing a delete must
   // not bring the job back).
   absl::Mutex commit_mu_;
@@ -357,11 +343,6 @@ class Job {
   // While supplied partitions arrive: per tensor, the owned runs so far
   // (first element -> one past the last, owning rank).
   std::vector<std::map<uint64_t, std::pair<uint64_t, uint32_t>>> owned_;
-  // MODE_INFINITY: the window budget -- the bytes of param and gradient
-  // slots the job keeps in memory (its pinned reservation).
-  uint64_t param_budget_ = 0;
-  PinnedBudget::Reservation window_reservation_;
-  std::unique_ptr<GradSpill> grad_spill_;  // MODE_INFINITY only
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
@@ -381,8 +362,6 @@ class Job {
   LossScaler scaler_ ABSL_GUARDED_BY(mu_);
   uint64_t optimizer_steps_ ABSL_GUARDED_BY(mu_) = 0;
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
-  // Infinity: bytes of gradient slots holding a gradient (kInSlot).
-  uint64_t grad_resident_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
   // (rank, index) with an inspection queued and not yet started: a re-sent
   // gradient needs no second one (the queued one reads the new contents), so
