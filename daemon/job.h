@@ -33,6 +33,7 @@
 #include "core/tier_kind.h"
 #include "core/zero_partition.h"
 #include "daemon/doorbell.h"
+#include "daemon/exchange_window.h"
 #include "daemon/grad_spill.h"
 #include "daemon/job_record.h"
 #include "daemon/job_settings.h"
@@ -41,6 +42,8 @@
 #include "daemon/pinned_budget.h"
 #include "daemon/request_limits.h"
 #include "daemon/shard_state_store.h"
+#include "daemon/step_barrier.h"
+#include "daemon/step_pipeline.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tiers/pinned_arena.h"
 #include "tiers/transfer_executor.h"
@@ -50,39 +53,6 @@ namespace strata {
 class ExtentStore;
 class ParamStore;
 class Tier;
-
-// A run of shard elements whose tensors belong to one param group. A slot's
-// runs cover [0, padded_numel) in order; padding belongs to the group before
-// it (the first group when the shard starts with padding).
-struct GroupRun {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-  uint32_t group = 0;
-};
-
-// One shard a rank exchanges with the daemon, and where its slots are in the
-// rank's exchange region.
-struct ExchangeSlot {
-  ShardLayout layout;  // index, padded size, owned tensor ranges
-  uint64_t grad_offset = 0;
-  uint64_t param_offset = 0;
-  std::vector<GroupRun> group_runs;
-};
-
-// A daemon's share of a step's gradient checks (PrepareStep), or the values
-// agreed across daemons (CommitStep).
-struct StepStats {
-  bool overflow = false;
-  double squared_norm = 0;  // of the loss-scaled gradients
-  bool operator==(const StepStats&) const = default;
-};
-
-struct StepOutcome {
-  bool skipped = false;
-  double next_loss_scale = 1.0;
-  double grad_norm = 0.0;
-  uint64_t optimizer_steps = 0;
-};
 
 struct JobCounters {
   uint64_t steps_applied = 0;
@@ -271,18 +241,10 @@ class Job {
   absl::Status Retire();
 
  private:
-  struct RankState {
-    std::vector<ExchangeSlot> slots;
-    PinnedArena exchange;
+  // A rank: its window (slots and region: daemon/exchange_window.h) and
+  // where its shards are in the step.
+  struct RankState : ExchangeWindow {
     bool initialized = false;
-    std::vector<bool> grad_ready;
-    std::vector<bool> applied;  // stepped early, this step (see early_apply_)
-    // Infinity: where each shard's gradient of the open step is.
-    enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled };
-    std::vector<GradAt> grad_at;
-    // GradReady signals per shard (any step): a spill that finds the count
-    // changed leaves the slot alone -- it holds a re-sent gradient.
-    std::vector<uint64_t> grad_signals;
     // Inspections of this rank's gradients queued or running (each may
     // spill and then discard the slot). A re-attached rank's Register waits
     // for 0, so its new process never writes a slot a discard then zeroes.
@@ -296,7 +258,7 @@ class Job {
     uint32_t index = 0;
   };
 
-  Job(uint64_t id, JobSettings settings, JobServices services);
+  Job(uint64_t id, JobSettings settings, JobServices services, std::unique_ptr<StepPipeline> pipeline);
   // The daemon's request limits, or the defaults when none were passed in.
   const RequestLimits& Limits() const;
   // Creates the state store and every local rank's shards: the daemon's own
@@ -317,8 +279,6 @@ class Job {
   std::vector<OptimizerHyperparams> HyperparamsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the tensors and their groups from a record (restart).
   absl::Status AdoptTensorsLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fills every slot's group_runs from group_of_.
-  void ComputeGroupRunsLocked(RankState& rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks every rank initialized and restores the step counts and scaler.
   void ApplyRecordLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the record into the extent store (the caller commits).
@@ -344,50 +304,35 @@ class Job {
   void CloseDoorbells();
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
-  // Infinity, after an inspection: keeps params + gradients in the window's
-  // budget, evicting clean params first and spilling this gradient to NVMe
-  // when that is not enough. Called and returns with mu_ held.
-  void FitWindowLocked(uint32_t rank, uint32_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Infinity, after the step: every gradient slot's memory back, the spilled
-  // copies deleted (before the commit, so none becomes durable).
-  void ClearGradsAfterStep();
+  // Drops the job's uncommitted NVMe writes (a failed step), unless it was
+  // superseded; takes commit_mu_ only.
+  void RollbackUncommitted();
   void RunStep();
-  // Sums the inspections of the local ranks (see PrepareStep).
-  StepStats LocalStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // REQUIRES: states_mu_ held.
   // Each run of same-group elements is stepped with hp[group].
-  // `shard_done`, when set, runs after a shard's last tile was stepped (the
-  // Infinity window stores its params home and frees its slots there);
-  // `grad_source`, when set, gives each shard's gradient (a spilled one comes
-  // back from NVMe), else it is read from its slot.
+  // `shard_done`, when set, runs after a shard's last tile was stepped;
+  // `grad_source`, when set, gives each shard's gradient, else it is read
+  // from its slot (the pipeline's StepHooks).
   absl::Status ApplyShards(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
                            int64_t optimizer_step, float grad_scale, const std::vector<OptimizerHyperparams>& hp,
                            const std::function<absl::Status(const ShardId&)>& shard_done = nullptr,
                            const std::function<absl::StatusOr<const std::byte*>(const ShardId&)>& grad_source =
                                nullptr);
-  // The Infinity window (docs/DAEMON.md): gives the memory of a slot back.
-  void DiscardParamSlot(uint32_t rank, uint32_t index) const;
-  void DiscardGradSlot(uint32_t rank, const ExchangeSlot& slot) const;
-  uint64_t ParamSlotBytes(const ExchangeSlot& slot) const;
-  uint64_t GradSlotBytes(const ExchangeSlot& slot) const;
-  std::byte* GradSlot(uint32_t rank, const ExchangeSlot& slot) const;
-  std::byte* ParamSlot(uint32_t rank, const ExchangeSlot& slot) const;
+  uint64_t ParamSlotBytes(const ExchangeSlot& slot) const { return slot_dtypes_.ParamSlotBytes(slot); }
+  uint64_t GradSlotBytes(const ExchangeSlot& slot) const { return slot_dtypes_.GradSlotBytes(slot); }
 
   const uint64_t id_;
   const JobSettings settings_;
   const JobServices services_;
-  // What this job pinned of the daemon's pinned_capacity (declared before
-  // the memory it accounts for, so it is given back after that is freed).
-  PinnedBudget::Reservation pinned_reservation_;  // infinity: NVMe staging
-  // ZeRO-Offload without loss scaling or clipping: each shard is stepped as
-  // soon as its gradient is in, overlapping the trainers' backward. With
-  // either, the update depends on every rank's gradients and waits for all.
-  const bool early_apply_;
+  const SlotDTypes slot_dtypes_;
+  // What the mode decides (daemon/step_pipeline.h). Declared before the
+  // memory its reservations account for, so they are given back after that
+  // is freed; ~Job closes its window before the regions go.
+  const std::unique_ptr<StepPipeline> pipeline_;
   std::unique_ptr<ShardStateStore> states_;
   // One states_ pass at a time: the NVMe store streams through one set of
   // staging tiles, and ranks call InitParams concurrently.
   mutable absl::Mutex states_mu_;
-  std::unique_ptr<ParamCache> param_cache_;  // MODE_INFINITY only
   // Orders the job's commits against Retire (a commit racing a delete must
   // not bring the job back).
   absl::Mutex commit_mu_;
@@ -402,52 +347,25 @@ class Job {
   // While supplied partitions arrive: per tensor, the owned runs so far
   // (first element -> one past the last, owning rank).
   std::vector<std::map<uint64_t, std::pair<uint64_t, uint32_t>>> owned_;
-  // MODE_INFINITY: the window budget -- the bytes of param and gradient
-  // slots the job keeps in memory (its pinned reservation).
-  uint64_t param_budget_ = 0;
-  PinnedBudget::Reservation window_reservation_;
-  std::unique_ptr<GradSpill> grad_spill_;  // MODE_INFINITY only
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   // Where each built rank's slots are, for code that reaches them without
-  // mu_: the step's workers (GradSlot, ParamSlot) and the ParamCache's
-  // Locate, which also runs under mu_ (LoadFrom's StoreHome), so it cannot
-  // take mu_. BuildRankLocked publishes a rank once; region_mu_ is a leaf
-  // lock, never held while taking another.
-  struct PublishedRank {
-    std::byte* base = nullptr;
-    std::vector<ExchangeSlot> slots;
-    PinnedArena* region = nullptr;  // &ranks_[r].exchange (ranks_ never grows once built)
-  };
-  mutable absl::Mutex region_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::vector<PublishedRank> published_ ABSL_GUARDED_BY(region_mu_);
-  uint64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;  // the step GradReady fills
-  uint64_t grads_missing_ ABSL_GUARDED_BY(mu_) = 0;
-  bool step_queued_ ABSL_GUARDED_BY(mu_) = false;
-  // Overflow and squared norm per (rank, index) of the step being filled.
-  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, std::pair<bool, double>> inspections_
-      ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, StepOutcome> outcomes_ ABSL_GUARDED_BY(mu_);
+  // mu_: the step's workers and the ParamCache's Locate, which also runs
+  // under mu_ (LoadFrom's StoreHome), so it cannot take mu_. BuildRankLocked
+  // publishes a rank once (ranks_ never grows once built); its lock is a
+  // leaf, never held while taking another.
+  ExchangeRegions regions_;
+  // The step protocol's state: the open step, whose gradients are in, the
+  // hyperparameters, the inspections, the outcomes (daemon/step_barrier.h).
+  StepBarrier barrier_ ABSL_GUARDED_BY(mu_);
   absl::Status worker_error_ ABSL_GUARDED_BY(mu_);
   bool reload_needed_ ABSL_GUARDED_BY(mu_) = false;  // see NeedsReload
   LossScaler scaler_ ABSL_GUARDED_BY(mu_);
   uint64_t optimizer_steps_ ABSL_GUARDED_BY(mu_) = 0;
-  // Per-group hyperparameters in force (BeginStep's values without the
-  // job-wide fields); empty = the job's optimizer settings for every group.
-  std::vector<strata::v1::GroupHyperparams> group_hp_ ABSL_GUARDED_BY(mu_);
-  // The step group_hp_ was set for, when BeginStep set it.
-  std::optional<uint64_t> group_hp_step_ ABSL_GUARDED_BY(mu_);
-  bool step_has_grads_ ABSL_GUARDED_BY(mu_) = false;  // a GradReady came for next_step_
-  // external_step_agreement: this daemon's stats and the committed global
-  // ones, per step (a bounded history, as outcomes_).
-  absl::flat_hash_map<uint64_t, StepStats> prepared_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, StepStats> committed_ ABSL_GUARDED_BY(mu_);
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
-  // Infinity: bytes of gradient slots holding a gradient (kInSlot).
-  uint64_t grad_resident_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
   // (rank, index) with an inspection queued and not yet started: a re-sent
   // gradient needs no second one (the queued one reads the new contents), so

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -31,8 +32,6 @@ constexpr char kFormat[] = "strata-checkpoint-v1";
 constexpr size_t kMaxManifestBytes = 64 << 20;
 
 std::string ShardFile(uint32_t rank, uint32_t index) { return absl::StrCat("rank", rank, "-shard", index, ".bin"); }
-constexpr uint64_t kPage = 4096;
-uint64_t RoundUpTo(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
   const char* p = static_cast<const char*>(data);
@@ -114,18 +113,16 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
           "the job's last step failed (", worker_error_.message(), "); checkpoint it after it resumes: attach "
           "its ranks again and the daemon reloads it at its last committed step"));
     }
-    if (step_queued_) {
+    if (barrier_.step_queued()) {
       return absl::FailedPreconditionError("a step is running; checkpoint between steps (after WaitStep)");
     }
     for (uint32_t r = 0; r < ranks_.size(); ++r) {
       if (!ranks_[r].initialized) {
         return absl::FailedPreconditionError(absl::StrCat("rank ", r, " has not initialized its params"));
       }
-      for (bool applied : ranks_[r].applied) {
-        if (applied) {
-          return absl::FailedPreconditionError(
-              "part of the next step is already applied; checkpoint between steps (after WaitStep)");
-        }
+      if (barrier_.AnyApplied()) {
+        return absl::FailedPreconditionError(
+            "part of the next step is already applied; checkpoint between steps (after WaitStep)");
       }
       slots.push_back(ranks_[r].slots);
       regions.push_back(ranks_[r].exchange.data());
@@ -191,15 +188,9 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
       // Working params as the trainer sees them. In infinity mode their home
       // on NVMe is the truth: a slot may be empty (a job restored after a
       // restart has not read its params back yet) or not resident.
-      const std::byte* params = regions[r] + slot.param_offset;
-      absl::StatusOr<AlignedBuffer> home;
-      if (param_cache_ != nullptr) {
-        home = AlignedBuffer::Allocate(RoundUpTo(slot.layout.padded_numel * psize, kPage),
-                                       services_.nvme->alignment());
-        if (!home.ok()) return home.status();
-        STRATA_RETURN_IF_ERROR(param_cache_->ReadHome(r, slot.layout.index, home->span()));
-        params = home->data();
-      }
+      std::optional<AlignedBuffer> home;
+      STRATA_ASSIGN_OR_RETURN(const std::byte* params,
+                              pipeline_->ParamsToSave(r, slot, regions[r] + slot.param_offset, home));
       STRATA_RETURN_IF_ERROR(WriteAll(fd.get(), params, slot.layout.padded_numel * psize, path));
       if (fsync(fd.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path));
     }
@@ -290,13 +281,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(
         s = ReadAll(fd.get(), job->ranks_[r].exchange.data() + slot.param_offset, slot.layout.padded_numel * psize, path);
       }
       if (!s.ok()) return s;
-      if (job->param_cache_ != nullptr) {
-        STRATA_RETURN_IF_ERROR(job->param_cache_->StoreHome(r, slot.layout.index));
-      }
+      STRATA_RETURN_IF_ERROR(job->pipeline_->ParamsWritten(r, slot.layout.index));
     }
   }
   job->ApplyRecordLocked(record);
-  if (job->services_.nvme != nullptr && job->settings_.mode == strata::v1::MODE_INFINITY) {
+  if (job->pipeline_->durable()) {
     // The loaded states and param homes become durable with the job's
     // record, so the job survives a restart from here on.
     STRATA_RETURN_IF_ERROR(job->CommitWithRecord(SerializeJobRecord(job->RecordLocked())));

@@ -33,10 +33,11 @@ void Job::PublishDoorbellsLocked() {
   if (doorbells_.empty()) return;
   bool all_initialized = registered_;
   for (const RankState& r : ranks_) all_initialized = all_initialized && r.initialized;
-  const uint64_t open = all_initialized && !step_queued_ ? next_step_ + 1 : 0;
+  const uint64_t next_step = barrier_.next_step();
+  const uint64_t open = all_initialized && !barrier_.step_queued() ? next_step + 1 : 0;
   const uint32_t flags = (stopping_ ? doorbell::kFlagClosed : 0) | (worker_error_.ok() ? 0 : doorbell::kFlagFailed);
   for (const std::unique_ptr<Doorbell>& bell : doorbells_) {
-    if (bell != nullptr) bell->PublishState(open, next_step_, flags);
+    if (bell != nullptr) bell->PublishState(open, next_step, flags);
   }
 }
 

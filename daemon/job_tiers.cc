@@ -51,7 +51,8 @@ absl::StatusOr<std::vector<ShardPlace>> Job::AcquireIn(uint32_t rank, const std:
     }
     if (!ranks_[rank].initialized) return absl::FailedPreconditionError("Acquire before InitParams");
   }
-  if (param_cache_ == nullptr || !param_cache_->has_device_tier()) {
+  ParamCache* params = pipeline_->params();
+  if (params == nullptr || !params->has_device_tier()) {
     return absl::FailedPreconditionError(
         "Acquire into the device tier: this daemon has no device tier (start stratad with --device cuda or "
         "--device emulated)");
@@ -61,8 +62,8 @@ absl::StatusOr<std::vector<ShardPlace>> Job::AcquireIn(uint32_t rank, const std:
         "Acquire into the device tier: job '", settings_.name,
         "' has no device budget (create it with device_budget_bytes > 0)"));
   }
-  STRATA_RETURN_IF_ERROR(param_cache_->SetDeviceBudget(settings_.device_budget_bytes));
-  STRATA_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, param_cache_->AcquireDevice(rank, indices, deadline));
+  STRATA_RETURN_IF_ERROR(params->SetDeviceBudget(settings_.device_budget_bytes));
+  STRATA_ASSIGN_OR_RETURN(std::vector<uint64_t> offsets, params->AcquireDevice(rank, indices, deadline));
   std::vector<ShardPlace> places;
   places.reserve(indices.size());
   for (size_t i = 0; i < indices.size(); ++i) {
@@ -85,7 +86,8 @@ ParkReport ToReport(const ParamMove& move) {
 }  // namespace
 
 absl::StatusOr<ParkReport> Job::Park(TierKind to) {
-  if (settings_.mode != strata::v1::MODE_INFINITY || param_cache_ == nullptr) {
+  ParamCache* params = pipeline_->params();
+  if (settings_.mode != strata::v1::MODE_INFINITY || params == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Park: job '", settings_.name, "' is ",
         settings_.mode != strata::v1::MODE_INFINITY ? "a ZeRO-Offload job, whose params and states live in pinned "
@@ -95,19 +97,20 @@ absl::StatusOr<ParkReport> Job::Park(TierKind to) {
   }
   // Not while an optimizer step rewrites the params.
   absl::MutexLock states_lock(&states_mu_);
-  STRATA_ASSIGN_OR_RETURN(ParamMove move, param_cache_->Park(to));
+  STRATA_ASSIGN_OR_RETURN(ParamMove move, params->Park(to));
   return ToReport(move);
 }
 
 absl::StatusOr<ParkReport> Job::Resume() {
-  if (settings_.mode != strata::v1::MODE_INFINITY || param_cache_ == nullptr) {
+  ParamCache* params = pipeline_->params();
+  if (settings_.mode != strata::v1::MODE_INFINITY || params == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Resume: job '", settings_.name, "' ",
         settings_.mode != strata::v1::MODE_INFINITY ? "is a ZeRO-Offload job, which is never parked"
                                                     : "is not registered yet"));
   }
   absl::MutexLock states_lock(&states_mu_);
-  STRATA_ASSIGN_OR_RETURN(ParamMove move, param_cache_->Resume());
+  STRATA_ASSIGN_OR_RETURN(ParamMove move, params->Resume());
   return ToReport(move);
 }
 

@@ -1,0 +1,294 @@
+#include "daemon/infinity_pipeline.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "daemon/job.h"
+#include "daemon/nvme_shard_state_store.h"
+#include "swap/extent_store.h"
+
+namespace strata {
+
+InfinityPipeline::InfinityPipeline(uint64_t job_id, std::string job_name, uint32_t world_size, SlotDTypes dtypes,
+                                   uint64_t pinned_budget_bytes, ExtentStore* nvme, PinnedBudget* pinned,
+                                   ParamStore* params)
+    : job_id_(job_id),
+      job_name_(std::move(job_name)),
+      world_size_(world_size),
+      dtypes_(dtypes),
+      pinned_budget_bytes_(pinned_budget_bytes),
+      nvme_(nvme),
+      pinned_(pinned),
+      params_store_(params) {}
+
+InfinityPipeline::~InfinityPipeline() = default;
+
+absl::StatusOr<std::unique_ptr<ShardStateStore>> InfinityPipeline::MakeStates(const StateLayout& layout,
+                                                                              uint64_t tile_bytes) {
+  const uint64_t streams = 1 + layout.exp_avg + layout.exp_avg_sq + layout.max_exp_avg_sq;
+  const uint64_t tile_elements = std::max<uint64_t>(tile_bytes / 4 / 1024 * 1024, 1024);
+  if (pinned_ != nullptr) {
+    // Bounded by 3 x 4 x io_tile_bytes; the window is reserved by OpenWindow.
+    STRATA_ASSIGN_OR_RETURN(staging_reservation_,
+                            pinned_->Reserve(3 * streams * tile_elements * 4,
+                                             absl::StrCat("job '", job_name_, "' NVMe staging")));
+  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<NvmeShardStateStore> states,
+                          NvmeShardStateStore::Create(job_id_, layout, nvme_, tile_bytes));
+  return std::unique_ptr<ShardStateStore>(std::move(states));
+}
+
+absl::StatusOr<uint64_t> InfinityPipeline::RankPinnedBytes(uint32_t rank, const ExchangeLayout& layout,
+                                                           const StateLayout& /*states*/) const {
+  for (const ExchangeSlot& slot : layout.slots) {
+    const uint64_t pslot = dtypes_.ParamSlotBytes(slot);
+    if (param_cache_ != nullptr && pslot > param_budget_ / 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank, " shard ", slot.layout.index, " needs ", pslot,
+          " bytes of param slot, more than half the job's pinned budget of ", param_budget_,
+          " bytes (raise pinned_budget_bytes or cut the shard)"));
+    }
+  }
+  // The region is a window: memory only for the slots in use, within the
+  // job's budget, which OpenWindow reserves once for the job.
+  return 0;
+}
+
+absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<ExchangeSlot>*>& built,
+                                          ExchangeRegions* regions, TransferExecutor* workers,
+                                          std::function<void()> rollback) {
+  regions_ = regions;
+  rollback_ = std::move(rollback);
+  uint64_t largest_param_slot = 0, largest_grad_slot = 0, total_bytes = 0;
+  for (const std::vector<ExchangeSlot>* slots : built) {
+    for (const ExchangeSlot& slot : *slots) {
+      largest_param_slot = std::max(largest_param_slot, dtypes_.ParamSlotBytes(slot));
+      largest_grad_slot = std::max(largest_grad_slot, dtypes_.GradSlotBytes(slot));
+      total_bytes += dtypes_.ParamSlotBytes(slot) + dtypes_.GradSlotBytes(slot);
+    }
+  }
+  // The window budget covers params and gradients in their slots.
+  uint64_t budget = pinned_budget_bytes_;
+  // Everything may stay up (ranks not yet registered are assumed alike).
+  if (budget == 0 && !built.empty()) budget = total_bytes / built.size() * world_size_;
+  // Room to work: a step writes one param slot beside a gradient.
+  budget = std::max(budget, 2 * largest_param_slot + largest_grad_slot);
+  param_budget_ = budget;
+  STRATA_ASSIGN_OR_RETURN(grad_spill_, GradSpill::Create(job_id_, nvme_, largest_grad_slot));
+  if (pinned_ != nullptr) {
+    // The window's budget and the staging that spilled gradients come back through.
+    STRATA_ASSIGN_OR_RETURN(
+        window_reservation_,
+        pinned_->Reserve(budget + grad_spill_->staging_bytes(),
+                         absl::StrCat("job '", job_name_, "' window (pinned_budget_bytes)")));
+  }
+  ParamCache::Locate locate = [regions](uint32_t r, uint32_t index) {
+    const auto [slot, bytes] = regions->ParamShard(r, index);
+    return ParamCache::ShardRef{slot, bytes};
+  };
+  ParamCache::Discard discard = [regions](uint32_t r, uint32_t index) { regions->DiscardParamSlot(r, index); };
+  // The daemon's one param store; a store of the job's own where there is
+  // none (a Job made by a test or a tool).
+  param_cache_ = params_store_ != nullptr
+                     ? std::make_unique<ParamCache>(job_id_, world_size_, params_store_, std::move(locate), budget,
+                                                    /*lookahead=*/4, std::move(discard))
+                     : std::make_unique<ParamCache>(job_id_, world_size_, nvme_, std::move(locate), budget,
+                                                    /*lookahead=*/4, workers, std::move(discard));
+  return absl::OkStatus();
+}
+
+void InfinityPipeline::AddRankLocked(absl::Mutex& /*job_mu*/, uint32_t rank, uint32_t world, size_t shards) {
+  if (grad_at_.size() < world) grad_at_.resize(world);
+  if (grad_signals_.size() < world) grad_signals_.resize(world);
+  grad_at_[rank].assign(shards, kNowhere);
+  grad_signals_[rank].assign(shards, 0);
+}
+
+void InfinityPipeline::DropRankLocked(absl::Mutex& /*job_mu*/, uint32_t rank) {
+  if (rank < grad_at_.size()) grad_at_[rank].clear();
+  if (rank < grad_signals_.size()) grad_signals_[rank].clear();
+}
+
+void InfinityPipeline::CloseWindow() {
+  param_cache_.reset();
+  grad_spill_.reset();
+}
+
+void InfinityPipeline::ReleasePinned() {
+  window_reservation_ = PinnedBudget::Reservation();
+  staging_reservation_ = PinnedBudget::Reservation();
+}
+
+uint64_t InfinityPipeline::pinned_bytes() const { return staging_reservation_.bytes() + window_reservation_.bytes(); }
+
+void InfinityPipeline::CountLocked(absl::Mutex& /*job_mu*/, JobCounters& counters) const {
+  if (param_cache_ != nullptr) counters.window_budget_bytes = param_budget_;
+  counters.grad_bytes_spilled = grad_bytes_spilled_;
+  counters.grad_bytes_read_back = grad_bytes_read_back_;
+}
+
+ParamCacheStats InfinityPipeline::param_stats() const {
+  return param_cache_ != nullptr ? param_cache_->stats() : ParamCacheStats{};
+}
+
+absl::Status InfinityPipeline::ParamsWritten(uint32_t rank, uint32_t index) {
+  // The shard's params go home as soon as they are read, and the window
+  // keeps only what its budget allows.
+  if (param_cache_ == nullptr) return absl::OkStatus();
+  return param_cache_->StoreHome(rank, index);
+}
+
+absl::StatusOr<const std::byte*> InfinityPipeline::ParamsToSave(uint32_t rank, const ExchangeSlot& slot,
+                                                                const std::byte* in_slot,
+                                                                std::optional<AlignedBuffer>& scratch) const {
+  // Their home on NVMe is the truth: a slot may be empty (a job restored
+  // after a restart has not read its params back yet) or not resident.
+  if (param_cache_ == nullptr) return in_slot;
+  STRATA_ASSIGN_OR_RETURN(AlignedBuffer home, AlignedBuffer::Allocate(dtypes_.ParamSlotBytes(slot), nvme_->alignment()));
+  scratch.emplace(std::move(home));
+  STRATA_RETURN_IF_ERROR(param_cache_->ReadHome(rank, slot.layout.index, scratch->span()));
+  return static_cast<const std::byte*>(scratch->data());
+}
+
+absl::Status InfinityPipeline::Acquire(uint32_t rank, const std::vector<uint32_t>& indices, absl::Time deadline) {
+  if (param_cache_ == nullptr) return absl::OkStatus();
+  return param_cache_->Acquire(rank, indices, deadline);
+}
+
+absl::Status InfinityPipeline::Release(uint32_t rank, const std::vector<uint32_t>& indices) {
+  if (param_cache_ == nullptr) return absl::OkStatus();
+  return param_cache_->Release(rank, indices);
+}
+
+void InfinityPipeline::IterationBoundary(uint32_t rank) {
+  if (param_cache_ != nullptr) param_cache_->IterationBoundary(rank);
+}
+
+void InfinityPipeline::DropPins(uint32_t rank) {
+  if (param_cache_ != nullptr) param_cache_->ReleaseAll(rank);
+}
+
+void InfinityPipeline::GradArrivedLocked(absl::Mutex& /*job_mu*/, uint32_t rank, uint32_t index,
+                                         const ExchangeSlot& slot) {
+  if (param_cache_ != nullptr && grad_at_[rank][index] != kInSlot) {
+    // In its slot now (a re-sent gradient replaces a spilled copy).
+    grad_at_[rank][index] = kInSlot;
+    grad_resident_bytes_ += dtypes_.GradSlotBytes(slot);
+  }
+  // Sending a gradient again replaces it: a spill in progress must see that.
+  if (index < grad_signals_[rank].size()) ++grad_signals_[rank][index];
+}
+
+absl::Status InfinityPipeline::AfterInspectLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index,
+                                                  const ExchangeSlot& slot) {
+  if (grad_at_[rank][index] != kInSlot) return absl::OkStatus();
+  // Clean params go first: they are copies of their NVMe homes.
+  const uint64_t params = param_cache_->SetReserved(grad_resident_bytes_);
+  if (params + grad_resident_bytes_ <= param_budget_) return absl::OkStatus();
+  // Still over (pinned params, or gradients alone fill the budget): this
+  // gradient, inspected already, goes to NVMe until the step needs it.
+  const uint64_t bytes = dtypes_.GradSlotBytes(slot);
+  const uint64_t signals = index < grad_signals_[rank].size() ? grad_signals_[rank][index] : 0;
+  job_mu.Unlock();
+  absl::Status spilled =
+      grad_spill_->Spill(rank, index, absl::Span<const std::byte>(regions_->GradSlot(rank, slot), bytes));
+  if (!spilled.ok()) {
+    // A device fault (EIO, ENOSPC, a torn write) is reported as a failed
+    // step would be, not hidden: nothing of the step is kept (the spills so
+    // far are dropped) and the job is reloaded from its last commit when its
+    // ranks attach again and resend the step's gradients.
+    rollback_();
+  }
+  job_mu.Lock();
+  if (!spilled.ok()) return spilled;
+  if (grad_at_[rank][index] != kInSlot) return absl::OkStatus();
+  // The trainer sent this gradient again while it was being written out: the
+  // slot holds the new one (its inspection is queued) and the copy on NVMe is
+  // stale, so the slot is kept. Checked and discarded under the job's lock,
+  // so a GradReady cannot slip in between.
+  if (index < grad_signals_[rank].size() && grad_signals_[rank][index] != signals) return absl::OkStatus();
+  regions_->DiscardGradSlot(rank, slot);
+  grad_at_[rank][index] = kSpilled;
+  grad_resident_bytes_ -= bytes;
+  grad_bytes_spilled_ += bytes;
+  param_cache_->SetReserved(grad_resident_bytes_);
+  return absl::OkStatus();
+}
+
+StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
+                                      const std::vector<std::vector<ExchangeSlot>>& slots) {
+  param_cache_->BeginUpdate();
+  {
+    absl::MutexLock lock(&job_mu);
+    step_grad_at_ = grad_at_;
+  }
+  step_grad_at_.resize(slots.size());
+  step_slots_ = &slots;
+  // Spilled gradients come back in step order, the next one read while the
+  // step works on this one.
+  std::vector<std::pair<ShardId, uint64_t>> spilled;
+  for (const ShardId& id : ids) {
+    if (step_grad_at_[id.rank][id.index] == kSpilled) {
+      spilled.emplace_back(id, dtypes_.GradSlotBytes(slots[id.rank][id.index]));
+    }
+  }
+  grad_spill_->BeginReadback(std::move(spilled));
+  StepHooks hooks;
+  hooks.grad_source = [this](const ShardId& id) -> absl::StatusOr<const std::byte*> {
+    if (step_grad_at_[id.rank][id.index] == kSpilled) return grad_spill_->Next(id);
+    return regions_->GradSlot(id.rank, (*step_slots_)[id.rank][id.index]);
+  };
+  // The window: as each shard is stepped its gradient slot is freed and its
+  // new params go home; the cache keeps the param slot only within the
+  // budget, so the step never has every slot in memory at once.
+  hooks.shard_done = [this, &job_mu](const ShardId& id) {
+    if (step_grad_at_[id.rank][id.index] == kInSlot) {
+      const ExchangeSlot& slot = (*step_slots_)[id.rank][id.index];
+      regions_->DiscardGradSlot(id.rank, slot);
+      uint64_t reserved;
+      {
+        absl::MutexLock lock(&job_mu);
+        grad_at_[id.rank][id.index] = kNowhere;
+        grad_resident_bytes_ -= dtypes_.GradSlotBytes(slot);
+        reserved = grad_resident_bytes_;
+      }
+      param_cache_->SetReserved(reserved);
+    }
+    return param_cache_->StoreHome(id.rank, id.index);
+  };
+  return hooks;
+}
+
+void InfinityPipeline::EndStep(absl::Mutex& job_mu) {
+  param_cache_->EndUpdate();
+  // Before the commit: no spilled copy may become durable.
+  ClearGradsAfterStep(job_mu);
+  step_slots_ = nullptr;
+}
+
+void InfinityPipeline::SkipStep(absl::Mutex& job_mu) { ClearGradsAfterStep(job_mu); }
+
+void InfinityPipeline::ClearGradsAfterStep(absl::Mutex& job_mu) {
+  std::vector<std::pair<uint32_t, uint32_t>> in_slot;
+  {
+    absl::MutexLock lock(&job_mu);
+    for (uint32_t rank = 0; rank < grad_at_.size(); ++rank) {
+      std::vector<GradAt>& at = grad_at_[rank];
+      for (uint32_t i = 0; i < at.size(); ++i) {
+        if (at[i] == kInSlot) in_slot.emplace_back(rank, i);
+        at[i] = kNowhere;
+      }
+    }
+    grad_resident_bytes_ = 0;
+    grad_bytes_read_back_ = grad_spill_->read_back_bytes();
+  }
+  // The step consumed them; the next step's gradients are written anew.
+  for (const auto& [rank, index] : in_slot) regions_->DiscardGradSlot(rank, index);
+  param_cache_->SetReserved(0);
+  grad_spill_->EndReadback();
+  grad_spill_->DeleteAll();
+}
+
+}  // namespace strata

@@ -1,0 +1,112 @@
+// InfinityPipeline: ZeRO-Infinity (docs/DAEMON.md). The fp32 masters and
+// optimizer states stream from NVMe (NvmeShardStateStore) and every param
+// shard has its home there; both are committed with the job's record each
+// step. Each rank's region is a window within the job's pinned budget: a
+// ParamCache keeps the params the trainers acquire, and a gradient that does
+// not fit is written to NVMe (GradSpill) once inspected and read back, in
+// step order, when the step needs it.
+#ifndef STRATA_DAEMON_INFINITY_PIPELINE_H_
+#define STRATA_DAEMON_INFINITY_PIPELINE_H_
+
+#include <string>
+
+#include "daemon/grad_spill.h"
+#include "daemon/param_cache.h"
+#include "daemon/pinned_budget.h"
+#include "daemon/step_pipeline.h"
+
+namespace strata {
+
+class ExtentStore;
+
+class InfinityPipeline final : public StepPipeline {
+ public:
+  // `nvme` is required; `pinned` may be null (unlimited); `params` is the
+  // daemon's param store (null: the job's ParamCache keeps one of its own).
+  InfinityPipeline(uint64_t job_id, std::string job_name, uint32_t world_size, SlotDTypes dtypes,
+                   uint64_t pinned_budget_bytes, ExtentStore* nvme, PinnedBudget* pinned,
+                   ParamStore* params = nullptr);
+  ~InfinityPipeline() override;
+
+  bool durable() const override { return true; }
+  bool early_apply() const override { return false; }
+  bool windowed() const override { return true; }
+
+  absl::StatusOr<std::unique_ptr<ShardStateStore>> MakeStates(const StateLayout& layout,
+                                                              uint64_t tile_bytes) override;
+  absl::StatusOr<uint64_t> RankPinnedBytes(uint32_t rank, const ExchangeLayout& layout,
+                                           const StateLayout& states) const override;
+  absl::Status OpenWindow(const std::vector<const std::vector<ExchangeSlot>*>& built, ExchangeRegions* regions,
+                          TransferExecutor* workers, std::function<void()> rollback) override;
+  void AddRankLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t world, size_t shards) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
+  void DropRankLocked(absl::Mutex& job_mu, uint32_t rank) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
+  void CloseWindow() override;
+  void ReleasePinned() override;
+  uint64_t pinned_bytes() const override;
+  void CountLocked(absl::Mutex& job_mu, JobCounters& counters) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
+  ParamCacheStats param_stats() const override;
+  ParamCache* params() override { return param_cache_.get(); }
+
+  absl::Status ParamsWritten(uint32_t rank, uint32_t index) override;
+  absl::StatusOr<const std::byte*> ParamsToSave(uint32_t rank, const ExchangeSlot& slot, const std::byte* in_slot,
+                                                std::optional<AlignedBuffer>& scratch) const override;
+  absl::Status Acquire(uint32_t rank, const std::vector<uint32_t>& indices, absl::Time deadline) override;
+  absl::Status Release(uint32_t rank, const std::vector<uint32_t>& indices) override;
+  void IterationBoundary(uint32_t rank) override;
+  void DropPins(uint32_t rank) override;
+
+  void GradArrivedLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index, const ExchangeSlot& slot) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
+  // Keeps params + gradients in the window's budget, evicting clean params
+  // first and spilling this gradient to NVMe when that is not enough
+  // (job_mu is released while it is written).
+  absl::Status AfterInspectLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index,
+                                  const ExchangeSlot& slot) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
+  StepHooks BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
+                      const std::vector<std::vector<ExchangeSlot>>& slots) override ABSL_LOCKS_EXCLUDED(job_mu);
+  void EndStep(absl::Mutex& job_mu) override ABSL_LOCKS_EXCLUDED(job_mu);
+  void SkipStep(absl::Mutex& job_mu) override ABSL_LOCKS_EXCLUDED(job_mu);
+
+ private:
+  // Where a shard's gradient of the open step is.
+  enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled };
+  // After the step: every gradient slot's memory back, the spilled copies
+  // deleted (before the commit, so none becomes durable).
+  void ClearGradsAfterStep(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu);
+
+  const uint64_t job_id_;
+  const std::string job_name_;
+  const uint32_t world_size_;
+  const SlotDTypes dtypes_;
+  const uint64_t pinned_budget_bytes_;  // the job's setting (0: everything may stay up)
+  ExtentStore* const nvme_;
+  PinnedBudget* const pinned_;
+  ParamStore* const params_store_;
+  PinnedBudget::Reservation staging_reservation_;  // NVMe staging tiles
+  // The window budget -- the bytes of param and gradient slots the job keeps
+  // in memory (its pinned reservation).
+  uint64_t param_budget_ = 0;
+  PinnedBudget::Reservation window_reservation_;
+  ExchangeRegions* regions_ = nullptr;
+  std::function<void()> rollback_;
+  std::unique_ptr<ParamCache> param_cache_;
+  std::unique_ptr<GradSpill> grad_spill_;
+
+  // Guarded by the job's lock (the job_mu the ...Locked methods take).
+  std::vector<std::vector<GradAt>> grad_at_;  // per rank and shard
+  // GradReady signals per shard (any step): a spill that finds the count
+  // changed leaves the slot alone -- it holds a re-sent gradient.
+  std::vector<std::vector<uint64_t>> grad_signals_;
+  uint64_t grad_resident_bytes_ = 0;  // bytes of gradient slots holding a gradient (kInSlot)
+  uint64_t grad_bytes_spilled_ = 0;
+  uint64_t grad_bytes_read_back_ = 0;
+
+  // The step in progress (the worker's, between BeginStep and EndStep).
+  std::vector<std::vector<GradAt>> step_grad_at_;
+  const std::vector<std::vector<ExchangeSlot>>* step_slots_ = nullptr;
+};
+
+}  // namespace strata
+
+#endif  // STRATA_DAEMON_INFINITY_PIPELINE_H_

@@ -1,0 +1,166 @@
+// The step pipelines on their own (no daemon, no Job): which pipeline a mode
+// gets and what it refuses; Offload's per-rank pinned footprint; and the
+// Infinity window keeping gradients within its budget -- a gradient that does
+// not fit is spilled to NVMe (its slot's memory given back) and comes back bit
+// for bit, in step order, when the step asks for it.
+#include <cstring>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "daemon/exchange_window.h"
+#include "daemon/infinity_pipeline.h"
+#include "daemon/job.h"
+#include "daemon/offload_pipeline.h"
+#include "daemon/step_pipeline.h"
+#include "gtest/gtest.h"
+#include "swap/extent_store.h"
+#include "swap/io_engine.h"
+#include "swap/testing/test_dir.h"
+#include "tiers/transfer_executor.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+// Shards of `numel` fp16 elements each: one page per slot.
+std::vector<ShardLayout> Shards(uint32_t count, uint64_t numel) {
+  std::vector<ShardLayout> out;
+  for (uint32_t i = 0; i < count; ++i) {
+    ShardLayout s;
+    s.index = i;
+    s.padded_numel = numel;
+    s.ranges.push_back(OwnedRange{TensorId(0), i * numel, numel, 0});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+TEST(StepPipelineTest, TheModeChoosesThePipeline) {
+  JobSettings settings;
+  settings.mode = strata::v1::MODE_OFFLOAD;
+  JobServices services;
+  auto offload = MakeStepPipeline(1, settings, services);
+  ASSERT_TRUE(offload.ok()) << offload.status();
+  EXPECT_FALSE((*offload)->durable());
+  EXPECT_FALSE((*offload)->windowed());
+  EXPECT_TRUE((*offload)->early_apply());  // no loss scaling, no clipping
+  settings.gradient_clipping = 1.0;
+  auto clipped = MakeStepPipeline(1, settings, services);
+  ASSERT_TRUE(clipped.ok());
+  EXPECT_FALSE((*clipped)->early_apply());  // the update waits for every rank's norm
+
+  settings.mode = strata::v1::MODE_INFINITY;
+  auto refused = MakeStepPipeline(1, settings, services);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("--nvme_path"), std::string::npos) << refused.status();
+}
+
+TEST(StepPipelineTest, OffloadPinsTheRegionAndTheHostStates) {
+  OffloadPipeline pipeline(/*early_apply=*/true);
+  const std::vector<uint32_t> groups = {0};
+  auto layout = LayOutExchange(Shards(3, 2048), SlotDTypes{DType::kFp16, DType::kFp16}, groups);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->region_bytes, 6 * kPage);  // a grad and a param page per shard
+  StateLayout states;                          // Adam: master, exp_avg, exp_avg_sq
+  states.exp_avg = true;
+  states.exp_avg_sq = true;
+  auto bytes = pipeline.RankPinnedBytes(0, *layout, states);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, 6 * kPage + 3 * (2048 * 3 * 4));
+}
+
+class InfinityPipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dir = TestDir::Create("pipeline");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_.emplace(std::move(*dir));
+    auto engine = NewPsyncEngine({});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    ExtentStoreOptions options;
+    options.paths = {dir_->path()};
+    options.capacity_bytes_per_path = 16 << 20;
+    options.sync_policy = SyncPolicy::kNever;
+    options.allow_buffered_fallback = true;
+    auto store = ExtentStore::Open(options, engine_.get());
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    auto workers = ThreadPoolExecutor::Create(1);
+    ASSERT_TRUE(workers.ok());
+    workers_ = std::move(*workers);
+  }
+
+  std::optional<TestDir> dir_;
+  std::unique_ptr<IoEngine> engine_;
+  std::unique_ptr<ExtentStore> store_;
+  std::unique_ptr<ThreadPoolExecutor> workers_;
+};
+
+TEST_F(InfinityPipelineTest, AGradientOverTheBudgetIsSpilledAndComesBackBitForBit) {
+  constexpr uint32_t kShards = 4;
+  const SlotDTypes dtypes{DType::kFp16, DType::kFp16};
+  // A budget of 1 byte is raised to the floor: two param slots and a gradient
+  // (3 pages), so four one-page gradients cannot all stay.
+  InfinityPipeline pipeline(/*job_id=*/9, "spill", /*world_size=*/1, dtypes, /*pinned_budget_bytes=*/1,
+                            store_.get(), /*pinned=*/nullptr);
+  EXPECT_TRUE(pipeline.durable());
+  EXPECT_TRUE(pipeline.windowed());
+  EXPECT_FALSE(pipeline.early_apply());
+  const std::vector<uint32_t> groups = {0};
+  auto layout = LayOutExchange(Shards(kShards, 2048), dtypes, groups);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ExchangeWindow window;
+  ASSERT_TRUE(window.Map(std::move(*layout), "strata-pipeline-test", /*populate=*/false).ok());
+  ExchangeRegions regions(dtypes);
+  regions.Publish(0, 1, window);
+  int rollbacks = 0;
+  ASSERT_TRUE(pipeline.OpenWindow({&window.slots}, &regions, workers_.get(), [&] { ++rollbacks; }).ok());
+
+  absl::Mutex job_mu;
+  std::vector<std::vector<std::byte>> grads;
+  std::mt19937 rng(5);
+  for (uint32_t i = 0; i < kShards; ++i) {
+    std::vector<std::byte> g(kPage);
+    for (std::byte& b : g) b = static_cast<std::byte>(rng());
+    std::memcpy(regions.GradSlot(0, window.slots[i]), g.data(), g.size());
+    grads.push_back(std::move(g));
+  }
+  {
+    absl::MutexLock lock(&job_mu);
+    pipeline.AddRankLocked(job_mu, 0, 1, kShards);
+    for (uint32_t i = 0; i < kShards; ++i) pipeline.GradArrivedLocked(job_mu, 0, i, window.slots[i]);
+    for (uint32_t i = 0; i < kShards; ++i) {
+      ASSERT_TRUE(pipeline.AfterInspectLocked(job_mu, 0, i, window.slots[i]).ok());
+    }
+    JobCounters counters;
+    pipeline.CountLocked(job_mu, counters);
+    EXPECT_EQ(counters.window_budget_bytes, 3 * kPage);
+    EXPECT_EQ(counters.grad_bytes_spilled, kPage);  // one gradient made room for the rest
+  }
+  EXPECT_EQ(rollbacks, 0);
+
+  // The step reads every gradient back in order: the spilled one from NVMe.
+  std::vector<ShardId> ids;
+  for (uint32_t i = 0; i < kShards; ++i) ids.push_back(ShardId{0, i});
+  const std::vector<std::vector<ExchangeSlot>> slots = {window.slots};
+  const StepHooks hooks = pipeline.BeginStep(job_mu, ids, slots);
+  ASSERT_TRUE(hooks.grad_source && hooks.shard_done);
+  for (uint32_t i = 0; i < kShards; ++i) {
+    auto grad = hooks.grad_source(ids[i]);
+    ASSERT_TRUE(grad.ok()) << grad.status();
+    EXPECT_EQ(std::memcmp(*grad, grads[i].data(), kPage), 0) << "shard " << i;
+    ASSERT_TRUE(hooks.shard_done(ids[i]).ok());
+  }
+  pipeline.EndStep(job_mu);
+  absl::MutexLock lock(&job_mu);
+  JobCounters counters;
+  pipeline.CountLocked(job_mu, counters);
+  EXPECT_EQ(counters.grad_bytes_read_back, kPage);
+  pipeline.CloseWindow();
+}
+
+}  // namespace
+}  // namespace strata
