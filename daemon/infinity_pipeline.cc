@@ -12,14 +12,16 @@
 namespace strata {
 
 InfinityPipeline::InfinityPipeline(uint64_t job_id, std::string job_name, uint32_t world_size, SlotDTypes dtypes,
-                                   uint64_t pinned_budget_bytes, ExtentStore* nvme, PinnedBudget* pinned)
+                                   uint64_t pinned_budget_bytes, ExtentStore* nvme, PinnedBudget* pinned,
+                                   ParamStore* params)
     : job_id_(job_id),
       job_name_(std::move(job_name)),
       world_size_(world_size),
       dtypes_(dtypes),
       pinned_budget_bytes_(pinned_budget_bytes),
       nvme_(nvme),
-      pinned_(pinned) {}
+      pinned_(pinned),
+      params_store_(params) {}
 
 InfinityPipeline::~InfinityPipeline() = default;
 
@@ -82,13 +84,18 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
         pinned_->Reserve(budget + grad_spill_->staging_bytes(),
                          absl::StrCat("job '", job_name_, "' window (pinned_budget_bytes)")));
   }
-  param_cache_ = std::make_unique<ParamCache>(
-      job_id_, world_size_, nvme_,
-      [regions](uint32_t r, uint32_t index) {
-        const auto [slot, bytes] = regions->ParamShard(r, index);
-        return ParamCache::ShardRef{slot, bytes};
-      },
-      budget, /*lookahead=*/4, workers, [regions](uint32_t r, uint32_t index) { regions->DiscardParamSlot(r, index); });
+  ParamCache::Locate locate = [regions](uint32_t r, uint32_t index) {
+    const auto [slot, bytes] = regions->ParamShard(r, index);
+    return ParamCache::ShardRef{slot, bytes};
+  };
+  ParamCache::Discard discard = [regions](uint32_t r, uint32_t index) { regions->DiscardParamSlot(r, index); };
+  // The daemon's one param store; a store of the job's own where there is
+  // none (a Job made by a test or a tool).
+  param_cache_ = params_store_ != nullptr
+                     ? std::make_unique<ParamCache>(job_id_, world_size_, params_store_, std::move(locate), budget,
+                                                    /*lookahead=*/4, std::move(discard))
+                     : std::make_unique<ParamCache>(job_id_, world_size_, nvme_, std::move(locate), budget,
+                                                    /*lookahead=*/4, workers, std::move(discard));
   return absl::OkStatus();
 }
 

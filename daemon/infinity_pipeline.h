@@ -21,9 +21,11 @@ class ExtentStore;
 
 class InfinityPipeline final : public StepPipeline {
  public:
-  // `nvme` is required; `pinned` may be null (unlimited).
+  // `nvme` is required; `pinned` may be null (unlimited); `params` is the
+  // daemon's param store (null: the job's ParamCache keeps one of its own).
   InfinityPipeline(uint64_t job_id, std::string job_name, uint32_t world_size, SlotDTypes dtypes,
-                   uint64_t pinned_budget_bytes, ExtentStore* nvme, PinnedBudget* pinned);
+                   uint64_t pinned_budget_bytes, ExtentStore* nvme, PinnedBudget* pinned,
+                   ParamStore* params = nullptr);
   ~InfinityPipeline() override;
 
   bool durable() const override { return true; }
@@ -44,6 +46,7 @@ class InfinityPipeline final : public StepPipeline {
   uint64_t pinned_bytes() const override;
   void CountLocked(absl::Mutex& job_mu, JobCounters& counters) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
   ParamCacheStats param_stats() const override;
+  ParamCache* params() override { return param_cache_.get(); }
 
   absl::Status ParamsWritten(uint32_t rank, uint32_t index) override;
   absl::StatusOr<const std::byte*> ParamsToSave(uint32_t rank, const ExchangeSlot& slot, const std::byte* in_slot,
@@ -79,6 +82,7 @@ class InfinityPipeline final : public StepPipeline {
   const uint64_t pinned_budget_bytes_;  // the job's setting (0: everything may stay up)
   ExtentStore* const nvme_;
   PinnedBudget* const pinned_;
+  ParamStore* const params_store_;
   PinnedBudget::Reservation staging_reservation_;  // NVMe staging tiles
   // The window budget -- the bytes of param and gradient slots the job keeps
   // in memory (its pinned reservation).

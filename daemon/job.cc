@@ -63,6 +63,9 @@ bool Job::NeedsReload() const {
 
 void Job::Supersede() {
   Stop();
+  // The reloaded copy of this job takes its shards' place in the daemon's
+  // param store (same keys): this one's leave it first.
+  if (ParamCache* params = pipeline_->params(); params != nullptr) params->Detach();
   absl::MutexLock states_lock(&states_mu_);  // a pass in progress (InitParams) ends first
   absl::MutexLock lock(&commit_mu_);
   if (superseded_ || !pipeline_->durable()) return;

@@ -51,6 +51,7 @@
 namespace strata {
 
 class ExtentStore;
+class ParamStore;
 class Tier;
 
 struct JobCounters {
@@ -107,6 +108,9 @@ struct JobServices {
   // The daemon's device tier (virtual GPU memory: daemon/device_arena.h);
   // nullptr when the daemon runs without one (--device none).
   Tier* device = nullptr;
+  // The daemon's one tiered store for Infinity params (daemon/param_store.h);
+  // nullptr: each Infinity job keeps a store of its own (tests, tools).
+  ParamStore* params = nullptr;
 };
 
 class Job {

@@ -15,7 +15,8 @@ absl::StatusOr<std::unique_ptr<StepPipeline>> MakeStepPipeline(uint64_t job_id, 
     }
     return std::make_unique<InfinityPipeline>(job_id, settings.name, settings.world_size,
                                               SlotDTypes{settings.param_dtype, settings.grad_dtype},
-                                              settings.pinned_budget_bytes, services.nvme, services.pinned);
+                                              settings.pinned_budget_bytes, services.nvme, services.pinned,
+                                              services.params);
   }
   // ZeRO-Offload without loss scaling or clipping: each shard is stepped as
   // soon as its gradient is in, overlapping the trainers' backward. With

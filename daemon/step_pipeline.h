@@ -92,6 +92,10 @@ class StepPipeline {
   virtual void CountLocked(absl::Mutex& job_mu, JobCounters& counters) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu) = 0;
   virtual ParamCacheStats param_stats() const = 0;
+  // The job's view of the daemon's param store (Infinity, once the window is
+  // open; else nullptr): Job::AcquireIn's device tier, Park, Resume, and a
+  // superseded job handing its shards over (daemon/job_tiers.cc).
+  virtual ParamCache* params() { return nullptr; }
 
   // --- Params.
   // A shard's params were written into its slot (InitParams, LoadFrom).
