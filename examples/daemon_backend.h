@@ -55,6 +55,8 @@ class DaemonBackend final : public ZeroBackend {
   absl::Status Finish() override;
 
  private:
+  // --park_after_step: all ranks wait; rank 0 parks the job and resumes it.
+  absl::Status ParkAndResume();
   DaemonBackend(const TrainOptions& options, const Mlp& model, ShmWorld* world, uint32_t rank,
                 std::unique_ptr<StrataClient> client, std::unique_ptr<RankSession> session);
   // Checks the registered layout against the model and the mode.
