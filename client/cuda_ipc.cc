@@ -26,6 +26,13 @@ absl::StatusOr<void*> OpenCudaIpcArena(const std::string& handle, int ordinal) {
   return base;
 }
 
+absl::Status CopyFromCudaArena(void* dst, const void* src, uint64_t bytes) {
+  if (cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaMemcpy from the device arena: ", cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
+
 void CloseCudaIpcArena(void* base) {
   if (base != nullptr) (void)cudaIpcCloseMemHandle(base);
 }

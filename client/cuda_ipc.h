@@ -5,6 +5,7 @@
 #ifndef STRATA_CLIENT_CUDA_IPC_H_
 #define STRATA_CLIENT_CUDA_IPC_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -16,6 +17,9 @@ namespace strata {
 absl::StatusOr<void*> OpenCudaIpcArena(const std::string& handle, int ordinal);
 // Closes what OpenCudaIpcArena opened.
 void CloseCudaIpcArena(void* base);
+// Copies `bytes` from device memory `src` (inside an opened arena) to host
+// memory `dst`, synchronously.
+absl::Status CopyFromCudaArena(void* dst, const void* src, uint64_t bytes);
 
 }  // namespace strata
 

@@ -10,4 +10,8 @@ absl::StatusOr<void*> OpenCudaIpcArena(const std::string&, int) {
 
 void CloseCudaIpcArena(void*) {}
 
+absl::Status CopyFromCudaArena(void*, const void*, uint64_t) {
+  return absl::UnimplementedError("this client was built without the CUDA toolkit");
+}
+
 }  // namespace strata

@@ -730,6 +730,25 @@ absl::StatusOr<absl::Span<const std::byte>> RankSession::PlacedBytes(const Shard
   return absl::Span<const std::byte>(base + place.offset, place.bytes);
 }
 
+absl::Status RankSession::ReadPlaced(const ShardPlace& place, absl::Span<std::byte> dst) const {
+  if (dst.size() < place.bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadPlaced: ", dst.size(), " bytes of room for shard ", place.index, "'s ", place.bytes));
+  }
+  const State& st = *state_;
+  if (place.tier == TierKind::kDevice && st.device.kind == DeviceArenaView::Kind::kCudaIpc) {
+    if (place.offset > st.device.bytes || place.bytes > st.device.bytes - place.offset) {
+      return absl::OutOfRangeError(absl::StrCat("shard ", place.index, " at ", place.offset, "+", place.bytes,
+                                                " lies outside the ", st.device.bytes, "-byte device arena"));
+    }
+    return CopyFromCudaArena(dst.data(), static_cast<const std::byte*>(st.device.device) + place.offset,
+                             place.bytes);
+  }
+  STRATA_ASSIGN_OR_RETURN(absl::Span<const std::byte> bytes, PlacedBytes(place));
+  std::copy(bytes.begin(), bytes.end(), dst.begin());
+  return absl::OkStatus();
+}
+
 absl::Status RankSession::Release(absl::Span<const uint32_t> indices) {
   strata::v1::ReleaseRequest request;
   request.mutable_indices()->Add(indices.begin(), indices.end());

@@ -306,6 +306,10 @@ class RankSession {
   // lie inside the mapping; FailedPrecondition for a CUDA arena (read it
   // from device_arena().device + offset on the GPU).
   absl::StatusOr<absl::Span<const std::byte>> PlacedBytes(const ShardPlace& place) const;
+  // Copies a placed shard's bytes into `dst` (dst.size() >= place.bytes)
+  // wherever it sits: the window, the emulated arena, or GPU memory (a
+  // device-to-host copy). For trainers that want host bytes either way.
+  absl::Status ReadPlaced(const ShardPlace& place, absl::Span<std::byte> dst) const;
   absl::Status Release(absl::Span<const uint32_t> indices);
   absl::Status IterationBoundary();
   absl::Status Heartbeat();

@@ -115,6 +115,9 @@ grpc::Status StrataService::GetStatus(grpc::ServerContext* context, const strata
   *response->mutable_config() = ctx_.effective_config;
   for (const std::string& c : ctx_.startup_choices) response->add_startup_choices(c);
   response->set_jobs(static_cast<uint32_t>(ctx_.registry->JobsOf(*caller).size()));
+  if (ctx_.tier_stats) {
+    for (auto& t : ctx_.tier_stats()) *response->add_tiers() = t;
+  }
   return grpc::Status::OK;
 }
 

@@ -178,6 +178,7 @@ absl::Status DaemonBackend::FetchLayer(int layer, absl::Span<float> params) {
   // Where each shard's params are read: the window's param slots, or (with
   // --device_tier) the places the daemon put them in its device arena.
   std::vector<const float*> sources;
+  device_copies_.clear();
   if (options_.device_tier) {
     STRATA_ASSIGN_OR_RETURN(std::vector<ShardPlace> places,
                             With(absl::StrCat("acquiring the shards of layer ", layer, " into the device tier"),
@@ -188,8 +189,13 @@ absl::Status DaemonBackend::FetchLayer(int layer, absl::Span<float> params) {
         return absl::InternalError(absl::StrCat("the daemon placed shard ", place.index, " in ",
                                                 TierKindName(place.tier), " (", place.bytes, " bytes)"));
       }
-      STRATA_ASSIGN_OR_RETURN(absl::Span<const std::byte> bytes, session_->PlacedBytes(place));
-      sources.push_back(reinterpret_cast<const float*>(bytes.data()));
+      // Host bytes of the shard wherever the arena is: the emulated arena's
+      // mapping, or a copy out of GPU memory.
+      device_copies_.emplace_back(shard.padded_numel);
+      std::vector<float>& copy = device_copies_.back();
+      STRATA_RETURN_IF_ERROR(session_->ReadPlaced(
+          place, absl::MakeSpan(reinterpret_cast<std::byte*>(copy.data()), copy.size() * sizeof(float))));
+      sources.push_back(copy.data());
     }
   } else {
     STRATA_RETURN_IF_ERROR(With(absl::StrCat("acquiring the shards of layer ", layer),

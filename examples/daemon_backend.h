@@ -24,6 +24,7 @@
 #define STRATA_EXAMPLES_DAEMON_BACKEND_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -69,6 +70,8 @@ class DaemonBackend final : public ZeroBackend {
   uint32_t rank_;
   std::unique_ptr<StrataClient> client_;
   std::unique_ptr<RankSession> session_;
+  // --device_tier: the host copies of the shards FetchLayer read.
+  std::deque<std::vector<float>> device_copies_;
   std::vector<FlatRun> owned_runs_;  // this rank's partition, all shards
 };
 

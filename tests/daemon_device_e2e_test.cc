@@ -4,7 +4,11 @@
 // job's trainer once per session (read-only), and the new RPCs (Acquire's
 // tier, ParkJob, ResumeJob) refuse what an attacker would try. Raw gRPC stubs
 // send what the client library never would.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -62,6 +66,26 @@ class Raw {
   std::unique_ptr<v1::Strata::Stub> stub_;
 };
 
+// The metrics endpoint's text (GET /metrics on loopback).
+std::string Metrics(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string body;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) body.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return body;
+}
+
 JobSpec DeviceSpec(const std::string& name, uint64_t device_budget) {
   JobSpec spec = SmallInfinitySpec(name);
   spec.device_budget_bytes = device_budget;
@@ -106,7 +130,8 @@ TEST(DaemonDeviceTest, BadDeviceSettingsStopTheDaemonAtStartup) {
 
 TEST(DaemonDeviceTest, DeviceBudgetsAreAdmittedAgainstTheCapacityAndComeBack) {
   CleanDaemon daemon(MakeTestDir("device", "budgets"));
-  ASSERT_TRUE(daemon.Start({"--device_capacity", "256KiB"}));
+  const int port = 20000 + (getpid() + 7919) % 20000;
+  ASSERT_TRUE(daemon.Start({"--device_capacity", "256KiB", "--metrics_port", std::to_string(port)}));
   auto client = daemon.Connect();
   ASSERT_NE(client, nullptr);
   EXPECT_EQ(DeviceCapacity(*client), 256u << 10);
@@ -133,6 +158,14 @@ TEST(DaemonDeviceTest, DeviceBudgetsAreAdmittedAgainstTheCapacityAndComeBack) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_NE(stats->find("device       used 0 of 262144 bytes"), std::string::npos) << *stats;
   EXPECT_NE(stats->find("device   budget 131072 B"), std::string::npos) << *stats;
+  const std::string metrics = Metrics(port);
+  for (const char* line : {"strata_tier_capacity_bytes{tier=\"device\"} 262144\n",
+                           "strata_tier_used_bytes{tier=\"device\"} 0\n",
+                           "strata_tier_free_bytes{tier=\"device\"} 262144\n",
+                           "strata_device_budgets_bytes 196608\n",  // b's 128 KiB + c's 64 KiB
+                           "strata_job_device_budget_bytes{job=\"b\"} 131072\n"}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << metrics;
+  }
   EXPECT_TRUE(daemon.running());
   EXPECT_EQ(daemon.Stop(), 0);
 }
