@@ -1,42 +1,57 @@
-// ParamCache: ZeRO-Infinity's params. Each rank's param shards live on NVMe
-// (their home, in the extent store) and are brought into the rank's exchange
-// region -- shared memory the trainer reads -- when the trainer acquires them,
-// or earlier, when the prefetcher predicts the access.
+// ParamCache: one job's view of the daemon's param store (daemon/param_store.h,
+// one TieredStore for every job). Each rank's param shards have their home on
+// NVMe (in the extent store) and are cached in the rank's exchange window --
+// the shard's fixed slot there, shared memory the trainer reads -- when the
+// trainer acquires them, or earlier, when the job's predictor says they come
+// next; a job with a device budget also gets copies in the daemon's device
+// arena (AcquireDevice).
 //
-// Residency is bounded by a byte budget per job; a resident shard that is not
-// pinned may be dropped (it is a clean copy of its home), the one whose
-// predicted next use is farthest first. A dropped shard's slot is handed to
-// the Discard callback, which gives its memory back to the OS (the job's
-// window, tiers/pinned_arena.h), so the budget bounds memory, not just which
-// slots are current. The budget is shared with bytes the cache does not own
-// (the job's gradients in their slots, SetReserved): params get what is left. Predictions come from prefetch/'s
-// TracePredictor, one per rank: it learns the iteration's access order,
-// follows it through small deviations and relearns when the order changes.
+// Residency in the window is bounded by the job's budget (the store's per-job
+// budget of the pinned tier); the budget is shared with bytes the cache does
+// not own (the job's gradients in their slots, SetReserved): params get what
+// is left, which is kept by trimming the job's clean copies (Trim) and by
+// making prefetches fit. A dropped copy's slot goes back to the OS
+// (WindowTier::Free punches it out of the window). Eviction and trimming go by
+// FarthestNextUsePolicy over the job's predictor -- one TracePredictor per
+// rank, which learns the iteration's access order, follows it through small
+// deviations and relearns when it changes -- gated by the job's
+// PredictionTrust: while the prediction loses to recency on this job's own
+// accesses, eviction is by recency and nothing is prefetched.
 //
-// Thread-safe. Reads run on the daemon's worker pool (shared by every job),
-// one at a time per cache and one per turn, never under the cache's lock.
+// Either over the daemon's shared ParamStore, or (the second constructor, for
+// tests and tools) over a private one on `store`.
+//
+// Thread-safe. The data moves on the store's transfer threads, never under
+// the cache's lock.
 #ifndef STRATA_DAEMON_PARAM_CACHE_H_
 #define STRATA_DAEMON_PARAM_CACHE_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/shard_key.h"
-#include "prefetch/trace_predictor.h"
+#include "core/tier_kind.h"
+#include "tiers/tiered_store.h"
 #include "tiers/transfer_executor.h"
 
 namespace strata {
 
 class ExtentStore;
+class ParamStore;
+class PredictionTrust;
+class FarthestNextUsePolicy;
 
 struct ParamCacheStats {
   uint64_t hits = 0;          // acquired while resident
@@ -49,28 +64,41 @@ struct ParamCacheStats {
   double stall_s = 0;          // time Acquire waited
 };
 
+// What Park or Resume did to the job's shards.
+struct ParamMove {
+  TierKind top = TierKind::kNvme;  // the fastest tier a shard is in afterwards
+  uint64_t shards = 0;       // shards that had copies moved or dropped
+  uint64_t bytes_moved = 0;  // bytes copied between tiers
+  double seconds = 0;
+};
+
 class ParamCache {
  public:
   // `slot(rank, index)` is where shard (rank, index) lives in shared memory
-  // (4 KiB-aligned, `padded bytes` long); `home_key` names its NVMe home.
+  // (4 KiB-aligned, `padded bytes` long, at `offset` in the rank's window).
   struct ShardRef {
     std::byte* slot = nullptr;
     uint64_t bytes = 0;
+    uint64_t offset = 0;
   };
   using Locate = std::function<ShardRef(uint32_t rank, uint32_t index)>;
-  // Called (under the cache's lock: it must be quick and take no lock but
-  // leaf ones) when shard (rank, index) stops being resident: its slot's
-  // contents are no longer needed.
+  // Called (under the store's lock: it must be quick and take no lock but
+  // leaf ones) when shard (rank, index) stops being resident in the window:
+  // its slot's contents are no longer needed.
   using Discard = std::function<void(uint32_t rank, uint32_t index)>;
 
-  // `store` is shared with other jobs (it is safe for concurrent use);
-  // reads run on `workers`, which must outlive the cache.
+  // Over the daemon's store, which outlives the cache.
+  ParamCache(uint64_t job_id, uint32_t ranks, ParamStore* params, Locate locate, uint64_t budget_bytes,
+             uint32_t lookahead, Discard discard);
+  // Over a store of its own on `store` (shared with other users; safe for
+  // concurrent use). `workers` is not used any more (the store moves data on
+  // its own threads); kept for callers of the earlier interface.
   ParamCache(uint64_t job_id, uint32_t ranks, ExtentStore* store, Locate locate, uint64_t budget_bytes,
              uint32_t lookahead, TransferExecutor* workers, Discard discard = nullptr);
   ~ParamCache();
 
   // Writes the current contents of the rank's slot `index` to NVMe as the new
-  // home version; the slot stays resident (clean).
+  // home version; the slot stays resident (clean), within the budget.
   absl::Status StoreHome(uint32_t rank, uint32_t index);
   // Reads the NVMe home of shard (rank, index) -- the params as of the last
   // step, whatever is resident -- into `into` (aligned, at least the slot's
@@ -78,78 +106,99 @@ class ParamCache {
   absl::Status ReadHome(uint32_t rank, uint32_t index, absl::Span<std::byte> into) const;
   // Makes the slots current and pins them. Waits for reads until `deadline`.
   absl::Status Acquire(uint32_t rank, absl::Span<const uint32_t> indices, absl::Time deadline);
+  // Brings the shards into the device tier and pins them there; returns
+  // each one's offset in the device arena. FailedPrecondition when the store
+  // has no device tier or the job no device budget (SetDeviceBudget).
+  absl::StatusOr<std::vector<uint64_t>> AcquireDevice(uint32_t rank, absl::Span<const uint32_t> indices,
+                                                      absl::Time deadline);
+  // The job's budget in the device tier (0: none; device acquires refused).
+  absl::Status SetDeviceBudget(uint64_t bytes);
+  bool has_device_tier() const;
+  // Unpins one acquire of each shard (window or device).
   absl::Status Release(uint32_t rank, absl::Span<const uint32_t> indices);
   void ReleaseAll(uint32_t rank);
   void IterationBoundary(uint32_t rank);
   // Brackets an optimizer step, which rewrites every param slot: BeginUpdate
-  // drops queued prefetches and waits for reads in flight (a read landing
-  // after the step wrote a slot would put the old params back); no read
-  // starts until EndUpdate, which resumes prefetching.
+  // stops prefetching and waits for the cache's transfers in flight (a read
+  // landing after the step wrote a slot would put the old params back);
+  // Acquire waits until EndUpdate, which resumes prefetching.
   void BeginUpdate();
   void EndUpdate();
   // `bytes` of the budget are taken by others (the job's gradients): drops
   // unpinned shards of any rank, farthest next use first, until the params
-  // fit in what is left, and keeps later reads within it. Returns the
+  // fit in what is left, and keeps prefetches within it. Returns the
   // params' resident bytes afterwards (more than what is left when pinned
-  // shards alone exceed it).
+  // shards alone exceed it). During an update the drop waits for StoreHome.
   uint64_t SetReserved(uint64_t bytes);
-  // Marks shard (rank, index) absent and discards its slot, unless it is
-  // pinned or being read (then false). An optimizer step uses it for a slot
-  // it wrote and stored home that the budget has no room for.
+  // Marks shard (rank, index) absent in the window and discards its slot,
+  // unless it is pinned or being read (then false).
   bool Drop(uint32_t rank, uint32_t index);
+  // Pushes every shard of the job down to `to` (kPinnedHost or kNvme),
+  // freeing the faster tiers' slots; remembers what was resident above so
+  // Resume brings it back. FailedPrecondition naming the rank when a shard
+  // is pinned.
+  absl::StatusOr<ParamMove> Park(TierKind to);
+  absl::StatusOr<ParamMove> Resume();
+  // Takes the job's shards out of the store (its window slots are freed);
+  // every later call fails. For a job replaced by a reloaded copy of itself.
+  void Detach();
   uint64_t resident_bytes() const;
   uint64_t budget_bytes() const { return budget_bytes_; }
   ParamCacheStats stats() const;
 
- private:
-  enum class State : uint8_t { kAbsent, kReading, kResident };
-  struct Entry {
-    State state = State::kAbsent;
-    int pins = 0;
-    bool prefetched_unused = false;
-    uint64_t bytes = 0;
-    absl::Status read_error;
-  };
-  struct RankTrace {
-    TracePredictor predictor;
-    std::vector<ShardKey> current;   // this iteration's accesses so far
-    std::vector<ShardKey> previous;  // the last iteration's
-  };
-  ShardKey KeyOf(uint32_t rank, uint32_t index) const;
+  class Predictor;  // the job's AccessPredictor over its ranks' traces
 
-  // Queues a read turn on the pool when reads wait and none is queued or
-  // running; a turn does one read and queues the next behind other work.
-  void ScheduleReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReadTurn();
-  void StartReadLocked(uint32_t rank, uint32_t index, bool prefetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Evicts unpinned resident shards of `rank` (of every rank when `rank` is
-  // kAnyRank) until `bytes` more fit beside the reserved bytes.
-  static constexpr uint32_t kAnyRank = UINT32_MAX;
-  bool MakeRoomLocked(uint32_t rank, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EvictLocked(std::pair<uint32_t, uint32_t> key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PrefetchLocked(uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  double DistanceLocked(uint32_t rank, uint32_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+ private:
+  using Index = std::pair<uint32_t, uint32_t>;
+  // Ends a call's issuing of promotions (see BeginUpdate).
+  struct IssueEnd {
+    ParamCache* cache;
+    ~IssueEnd();
+  };
+  void Init(ParamStore* params);
+  ShardKey KeyOf(uint32_t rank, uint32_t index) const;
+  // Adds the shard to the store (adopting its NVMe home) on first use.
+  absl::Status EnsureShard(uint32_t rank, uint32_t index);
+  // Pins shards in `tier`, waiting for their promotions until `deadline`.
+  absl::StatusOr<std::vector<Lease>> AcquireIn(uint32_t rank, absl::Span<const uint32_t> indices,
+                                               TierKind tier, absl::Time deadline);
+  // Waits (until `deadline`) for the cache's transfers in flight, whose
+  // copies a demand promotion could not evict while they moved. Returns
+  // whether any was waited for.
+  bool WaitForTransfers(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records `rank`'s accesses and asks the store for what comes next.
+  void Prefetch(uint32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Usable() const ABSL_LOCKS_EXCLUDED(mu_);
+  void TrimToBudget() ABSL_LOCKS_EXCLUDED(mu_);
 
   const uint64_t job_id_;
-  ExtentStore* const store_;
+  const uint32_t ranks_;
   const Locate locate_;
   const uint64_t budget_bytes_;
   const uint32_t lookahead_;
   const Discard discard_;
+  std::unique_ptr<ParamStore> owned_;  // the second constructor's
+  ParamStore* params_ = nullptr;
+  TieredStore* store_ = nullptr;
+  ExtentStore* nvme_ = nullptr;
+  absl::Status init_status_;
+  std::unique_ptr<Predictor> predictor_;
+  std::unique_ptr<PredictionTrust> trust_;  // set once, before the policy is registered
+  std::unique_ptr<FarthestNextUsePolicy> policy_;
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
-  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  std::vector<RankTrace> traces_ ABSL_GUARDED_BY(mu_);
-  uint64_t resident_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // see SetReserved
-  std::deque<std::pair<uint32_t, uint32_t>> reads_ ABSL_GUARDED_BY(mu_);
-  ParamCacheStats stats_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<Index> known_ ABSL_GUARDED_BY(mu_);  // in the store
+  absl::flat_hash_map<Index, std::vector<LeaseId>> leases_ ABSL_GUARDED_BY(mu_);
+  std::vector<TransferHandle> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::vector<TierKind> prefetch_tier_ ABSL_GUARDED_BY(mu_);  // per rank: where it acquires
+  std::vector<std::pair<ShardKey, TierKind>> parked_ ABSL_GUARDED_BY(mu_);
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t device_budget_ ABSL_GUARDED_BY(mu_) = 0;
   bool updating_ ABSL_GUARDED_BY(mu_) = false;
-  int reads_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  TransferExecutor* const workers_;
-  bool read_scheduled_ ABSL_GUARDED_BY(mu_) = false;  // a read turn is queued or running
+  int issuing_ ABSL_GUARDED_BY(mu_) = 0;  // calls asking the store for promotions now
+  bool detached_ ABSL_GUARDED_BY(mu_) = false;
+  ParamCacheStats stats_ ABSL_GUARDED_BY(mu_);  // hits, misses, waits, stall
 };
 
 }  // namespace strata

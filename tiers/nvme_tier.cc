@@ -64,7 +64,7 @@ void NvmeTier::Free(const TierSlot& slot) {
   }
   // NotFound: the slot was never written. Other errors cannot be returned
   // from Free; the extent is then reclaimed when the key is written again.
-  (void)store_->Delete(key);
+  if (options_.delete_on_free) (void)store_->Delete(key);
 }
 
 absl::StatusOr<ShardKey> NvmeTier::KeyOf(const TierSlot& slot) const {

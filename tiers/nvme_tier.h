@@ -33,6 +33,11 @@ struct NvmeTierOptions {
   // Must equal the ExtentStore's allocation unit (its options' value).
   uint64_t allocation_unit_bytes = 64 << 10;
   bool commit_each_write = false;
+  // Free deletes the shard's extent. The daemon turns it off: a job's param
+  // homes outlive the job's slots in the store (a daemon restart, a job
+  // reloaded after a fault adopts them) and are deleted with the job's other
+  // extents (ExtentStore::DeleteOwner) when the job is.
+  bool delete_on_free = true;
 };
 
 class NvmeTier final : public Tier {

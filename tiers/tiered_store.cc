@@ -135,7 +135,10 @@ void TieredStore::DropCopyLocked(Shard& shard, TierKind t) {
   Copy& c = shard.copies[TierIndex(t)];
   UnchargeLocked(shard, t);
   cached_[TierIndex(t)].erase(&shard);
-  if (c.prefetched_unused) ++stats_.prefetches_wasted;
+  if (c.prefetched_unused) {
+    ++stats_.prefetches_wasted;
+    ++job_stats_[shard.key.job].prefetches_wasted;
+  }
   if (c.slot.valid()) tier(t)->Free(c.slot);
   c = Copy{};
 }
@@ -152,10 +155,14 @@ void TieredStore::DropStaleLocked(Shard& shard) {
 void TieredStore::EvictLocked(Shard& shard, TierKind t, std::vector<PendingWriteBack>* write_backs) {
   Copy& c = shard.copies[TierIndex(t)];
   ++stats_.tiers[TierIndex(t)].evictions;
+  ++job_stats_[shard.key.job].tiers[TierIndex(t)].evictions;
   if (NeedsWriteBackLocked(shard, t)) {
     UnchargeLocked(shard, t);
     cached_[TierIndex(t)].erase(&shard);
-    if (c.prefetched_unused) ++stats_.prefetches_wasted;
+    if (c.prefetched_unused) {
+      ++stats_.prefetches_wasted;
+      ++job_stats_[shard.key.job].prefetches_wasted;
+    }
     c.prefetched_unused = false;
     c.state = CopyState::kEvicting;
     write_backs->push_back({&shard, t});
@@ -310,7 +317,7 @@ absl::Status TieredStore::AddShard(const ShardKey& key, TierKind home,
     if (s.ok()) {
       wb.shard->copies[TierIndex(wb.shard->home)].version = vc.version;
       ++stats_.tiers[TierIndex(wb.tier)].write_backs;
-      CountMoveLocked(wb.tier, wb.shard->home, wb.shard->size_bytes);
+      CountMoveLocked(wb.shard->key.job, wb.tier, wb.shard->home, wb.shard->size_bytes);
       tier(wb.tier)->Free(vc.slot);
       vc = Copy{};
     } else {
@@ -347,6 +354,237 @@ absl::Status TieredStore::AddShard(const ShardKey& key, TierKind home,
   c.state = CopyState::kResident;
   changed_.SignalAll();
   return absl::OkStatus();
+}
+
+absl::Status TieredStore::RunWriteBacks(const std::vector<PendingWriteBack>& write_backs) {
+  absl::Status status;
+  for (const PendingWriteBack& wb : write_backs) {
+    absl::Status s = WriteBackData(*wb.shard, wb.tier);
+    absl::MutexLock lock(&mu_);
+    Copy& vc = wb.shard->copies[TierIndex(wb.tier)];
+    Copy& home = wb.shard->copies[TierIndex(wb.shard->home)];
+    if (s.ok()) {
+      home.version = std::max(home.version, vc.version);
+      ++stats_.tiers[TierIndex(wb.tier)].write_backs;
+      CountMoveLocked(wb.shard->key.job, wb.tier, wb.shard->home, wb.shard->size_bytes);
+      tier(wb.tier)->Free(vc.slot);
+      vc = Copy{};
+    } else {
+      // The victim keeps its data and its charge (as in RunCopy).
+      vc.state = CopyState::kResident;
+      vc.charged = true;
+      const uint64_t fp = tier(wb.tier)->FootprintBytes(wb.shard->size_bytes);
+      charged_[TierIndex(wb.tier)] += fp;
+      job_charged_[{wb.shard->key.job, TierIndex(wb.tier)}] += fp;
+      cached_[TierIndex(wb.tier)].insert(wb.shard);
+      if (status.ok()) status = s;
+    }
+    changed_.SignalAll();
+  }
+  return status;
+}
+
+absl::Status TieredStore::AdoptShard(const ShardKey& key, TierKind home, uint64_t size_bytes) {
+  if (!has_tier(home)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adopting ", ShardKeyToString(key), ": no ", TierKindName(home), " tier"));
+  }
+  Tier* home_tier = tier(home);
+  std::vector<PendingWriteBack> write_backs;
+  Shard* shard;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shards_.contains(key)) {
+      return absl::AlreadyExistsError(absl::StrCat(ShardKeyToString(key), " already exists"));
+    }
+    auto owned = std::make_unique<Shard>();
+    shard = owned.get();
+    shard->key = key;
+    shard->size_bytes = size_bytes;
+    shard->home = home;
+    STRATA_RETURN_IF_ERROR(Annotate(
+        ChargeLocked(*shard, home, home_tier->FootprintBytes(size_bytes), true, false, &write_backs),
+        absl::StrCat("adopting ", ShardKeyToString(key))));
+    Copy& c = shard->copies[TierIndex(home)];
+    c.charged = true;
+    c.state = CopyState::kLoading;
+    c.version = shard->version;
+    shards_[key] = std::move(owned);
+    ++ops_in_flight_;
+  }
+  absl::Status status = RunWriteBacks(write_backs);
+  absl::StatusOr<TierSlot> slot = home_tier->Allocate(key, size_bytes);
+  if (status.ok()) status = slot.status();
+  absl::MutexLock lock(&mu_);
+  --ops_in_flight_;
+  if (!status.ok()) {
+    if (slot.ok()) home_tier->Free(*slot);
+    UnchargeLocked(*shard, home);
+    shards_.erase(key);
+    changed_.SignalAll();
+    return Annotate(status, absl::StrCat("adopting ", ShardKeyToString(key)));
+  }
+  Copy& c = shard->copies[TierIndex(home)];
+  c.slot = *slot;
+  c.state = CopyState::kResident;
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Lease> TieredStore::AcquireForOverwrite(const ShardKey& key, TierKind t,
+                                                       std::optional<absl::Duration> lease) {
+  const absl::Duration duration = lease.value_or(options_.default_lease);
+  std::vector<PendingWriteBack> write_backs;
+  Shard* shard = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      shard = FindLocked(key);
+      if (shard == nullptr) {
+        return absl::NotFoundError(absl::StrCat("overwriting ", ShardKeyToString(key), ": not found"));
+      }
+      if (!has_tier(t) || TierIndex(t) >= TierIndex(shard->home)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "overwriting ", ShardKeyToString(key), " in ", TierKindName(t),
+            ": not a configured tier faster than its home (", TierKindName(shard->home), ")"));
+      }
+      Copy& c = shard->copies[TierIndex(t)];
+      // A transfer in or out of the slot must end before it is rewritten.
+      if (c.state == CopyState::kLoading || c.state == CopyState::kEvicting ||
+          (c.state == CopyState::kResident && c.io_refs > 0)) {
+        changed_.Wait(&mu_);
+        continue;
+      }
+      if (c.state == CopyState::kResident) {
+        ++c.pins;
+        ++c.writers;
+        c.last_use_tick = ++tick_;
+        c.prefetched_unused = false;
+        const absl::Time now = options_.clock->Now();
+        const LeaseId id{next_lease_++};
+        leases_[id.value] = LeaseRecord{shard, t, AccessMode::kWrite, now + duration};
+        return Lease{id, key, t, AccessMode::kWrite, c.slot, now + duration};
+      }
+      STRATA_RETURN_IF_ERROR(Annotate(
+          ChargeLocked(*shard, t, tier(t)->FootprintBytes(shard->size_bytes), /*demand=*/true,
+                       /*urgent=*/false, &write_backs),
+          absl::StrCat("overwriting ", ShardTier(key, t))));
+      c.charged = true;
+      c.state = CopyState::kLoading;
+      ++ops_in_flight_;
+      break;
+    }
+  }
+  absl::Status status = RunWriteBacks(write_backs);
+  absl::StatusOr<TierSlot> slot = absl::UnknownError("not allocated");
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      slot = tier(t)->Allocate(key, shard->size_bytes);
+      if (slot.ok() || write_backs_running_[TierIndex(t)] == 0) break;
+      changed_.Wait(&mu_);
+    }
+    status = slot.status();
+  }
+  absl::MutexLock lock(&mu_);
+  --ops_in_flight_;
+  Copy& c = shard->copies[TierIndex(t)];
+  if (!status.ok()) {
+    UnchargeLocked(*shard, t);
+    c = Copy{};
+    changed_.SignalAll();
+    return Annotate(status, absl::StrCat("overwriting ", ShardTier(key, t)));
+  }
+  // Resident but stale (version 0) until the holder releases it dirty.
+  c.slot = *slot;
+  c.state = CopyState::kResident;
+  c.version = 0;
+  c.pins = 1;
+  c.writers = 1;
+  c.last_use_tick = ++tick_;
+  cached_[TierIndex(t)].insert(shard);
+  ++stats_.tiers[TierIndex(t)].promotions;
+  ++job_stats_[key.job].tiers[TierIndex(t)].promotions;
+  const absl::Time now = options_.clock->Now();
+  const LeaseId id{next_lease_++};
+  leases_[id.value] = LeaseRecord{shard, t, AccessMode::kWrite, now + duration};
+  changed_.SignalAll();
+  return Lease{id, key, t, AccessMode::kWrite, c.slot, now + duration};
+}
+
+uint64_t TieredStore::Trim(JobId job, TierKind t, uint64_t target_bytes,
+                           const std::optional<ShardKey>& incoming, bool urgent,
+                           absl::Span<const ShardKey> keep) {
+  absl::MutexLock lock(&mu_);
+  if (!has_tier(t)) return 0;
+  const int ti = TierIndex(t);
+  const std::pair<JobId, int> job_key{job, ti};
+  while (job_charged_[job_key] > target_bytes) {
+    std::vector<Shard*> owners;
+    for (Shard* s : cached_[ti]) {
+      const Copy& c = s->copies[ti];
+      if (s->key.job != job || c.state != CopyState::kResident || c.io_refs > 0) continue;
+      if (c.pins == 0 && NeedsWriteBackLocked(*s, t)) continue;  // dirty: only a transfer may drop it
+      if (std::find(keep.begin(), keep.end(), s->key) != keep.end()) continue;
+      owners.push_back(s);
+    }
+    std::sort(owners.begin(), owners.end(),
+              [](const Shard* a, const Shard* b) { return a->key < b->key; });
+    std::vector<EvictionCandidate> candidates;
+    bool any_unpinned = false;
+    for (Shard* s : owners) {
+      const Copy& c = s->copies[ti];
+      candidates.push_back({s->key, tier(t)->FootprintBytes(s->size_bytes), c.last_use_tick, false,
+                            c.prefetched_unused, c.pins > 0});
+      any_unpinned = any_unpinned || c.pins == 0;
+    }
+    if (!any_unpinned) break;
+    EvictionRequest request{t, incoming, /*demand=*/!incoming.has_value(), urgent};
+    std::optional<size_t> pick = policy_->ChooseVictim(request, candidates);
+    if (!pick.has_value() || *pick >= candidates.size() || candidates[*pick].pinned) {
+      if (incoming.has_value()) break;  // a prefetch the policy does not make room for
+      // The policy keeps everything: fall back to the first unpinned copy,
+      // since the caller's bound (a budget) must hold.
+      size_t first = 0;
+      while (candidates[first].pinned) ++first;  // any_unpinned: one exists
+      pick = first;
+    }
+    Shard* victim = owners[pick.value_or(0)];
+    ++stats_.tiers[ti].evictions;
+    ++job_stats_[job].tiers[ti].evictions;
+    DropCopyLocked(*victim, t);
+  }
+  changed_.SignalAll();
+  return job_charged_[job_key];
+}
+
+absl::Status TieredStore::Evict(const ShardKey& key, TierKind t) {
+  absl::MutexLock lock(&mu_);
+  Shard* shard = FindLocked(key);
+  if (shard == nullptr) return absl::NotFoundError(absl::StrCat(ShardKeyToString(key), " not found"));
+  if (!has_tier(t) || t == shard->home) {
+    return absl::InvalidArgumentError(absl::StrCat("evicting ", ShardTier(key, t), ": not a cache tier of it"));
+  }
+  Copy& c = shard->copies[TierIndex(t)];
+  if (c.state == CopyState::kAbsent) return absl::NotFoundError(absl::StrCat(ShardTier(key, t), " is absent"));
+  if (c.state != CopyState::kResident || c.pins > 0 || c.io_refs > 0) {
+    return absl::FailedPreconditionError(absl::StrCat("evicting ", ShardTier(key, t), ": pinned or moving"));
+  }
+  if (NeedsWriteBackLocked(*shard, t)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("evicting ", ShardTier(key, t), ": the only current copy (Demote writes it back)"));
+  }
+  ++stats_.tiers[TierIndex(t)].evictions;
+  ++job_stats_[key.job].tiers[TierIndex(t)].evictions;
+  DropCopyLocked(*shard, t);
+  changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+StoreStats TieredStore::job_stats(JobId job) const {
+  absl::MutexLock lock(&mu_);
+  auto it = job_stats_.find(job);
+  return it == job_stats_.end() ? StoreStats{} : it->second;
 }
 
 absl::Status TieredStore::RemoveShard(const ShardKey& key) {
@@ -404,7 +642,11 @@ absl::StatusOr<std::unique_ptr<TieredStore::CopyOp>> TieredStore::StartCopyLocke
   op->src_version = shard.copies[TierIndex(*src)].version;
   op->prefetch = prefetch;
   ++stats_.tiers[TierIndex(dst)].promotions;
-  if (prefetch) ++stats_.prefetches_issued;
+  ++job_stats_[shard.key.job].tiers[TierIndex(dst)].promotions;
+  if (prefetch) {
+    ++stats_.prefetches_issued;
+    ++job_stats_[shard.key.job].prefetches_issued;
+  }
   ++ops_in_flight_;
   return op;
 }
@@ -442,7 +684,7 @@ absl::StatusOr<TransferHandle> TieredStore::Promote(const ShardKey& key, TierKin
       }
       DropCopyLocked(*shard, t);
     }
-    STRATA_ASSIGN_OR_RETURN(op, StartCopyLocked(*shard, t, options, false));
+    STRATA_ASSIGN_OR_RETURN(op, StartCopyLocked(*shard, t, options, options.demand && !options.prefetch));
   }
   TransferHandle handle = op->handle;
   Launch(std::move(op));
@@ -479,14 +721,16 @@ std::vector<TieredStore::CachedCopy> TieredStore::CachedCopies(TierKind t) const
   return copies;
 }
 
-void TieredStore::CountMoveLocked(TierKind src, TierKind dst, uint64_t bytes) {
+void TieredStore::CountMoveLocked(JobId job, TierKind src, TierKind dst, uint64_t bytes) {
   if (src == dst) return;
-  stats_.tiers[TierIndex(src)].bytes_out += bytes;
-  stats_.tiers[TierIndex(dst)].bytes_in += bytes;
-  if (TierIndex(dst) < TierIndex(src)) {
-    stats_.bytes_up += bytes;
-  } else {
-    stats_.bytes_down += bytes;
+  for (StoreStats* st : {&stats_, &job_stats_[job]}) {
+    st->tiers[TierIndex(src)].bytes_out += bytes;
+    st->tiers[TierIndex(dst)].bytes_in += bytes;
+    if (TierIndex(dst) < TierIndex(src)) {
+      st->bytes_up += bytes;
+    } else {
+      st->bytes_down += bytes;
+    }
   }
 }
 
@@ -536,7 +780,7 @@ void TieredStore::RunCopy(CopyOp& op) {
       if (s.ok()) {
         home.version = std::max(home.version, vc.version);
         ++stats_.tiers[TierIndex(wb.tier)].write_backs;
-        CountMoveLocked(wb.tier, wb.shard->home, wb.shard->size_bytes);
+        CountMoveLocked(wb.shard->key.job, wb.tier, wb.shard->home, wb.shard->size_bytes);
         bytes_down += wb.shard->size_bytes;
         tier(wb.tier)->Free(vc.slot);
         vc = Copy{};
@@ -597,7 +841,7 @@ void TieredStore::RunCopy(CopyOp& op) {
     d.last_use_tick = ++tick_;
     d.prefetched_unused = op.prefetch;
     if (op.dst != shard.home) cached_[TierIndex(op.dst)].insert(&shard);
-    CountMoveLocked(op.src, op.dst, shard.size_bytes);
+    CountMoveLocked(shard.key.job, op.src, op.dst, shard.size_bytes);
     if (TierIndex(op.dst) < TierIndex(op.src)) {
       bytes_up = shard.size_bytes;
     } else {
@@ -666,7 +910,10 @@ absl::StatusOr<TransferHandle> TieredStore::Demote(const ShardKey& key, TierKind
       Copy& c = shard->copies[TierIndex(u)];
       UnchargeLocked(*shard, u);
       cached_[TierIndex(u)].erase(shard);
-      if (c.prefetched_unused) ++stats_.prefetches_wasted;
+      if (c.prefetched_unused) {
+        ++stats_.prefetches_wasted;
+        ++job_stats_[shard->key.job].prefetches_wasted;
+      }
       c.prefetched_unused = false;
       c.state = CopyState::kEvicting;
     }
@@ -690,7 +937,7 @@ void TieredStore::RunDemote(DemoteOp& op) {
       const TierKind from = *op.write_back_from;
       shard.copies[TierIndex(shard.home)].version = shard.copies[TierIndex(from)].version;
       ++stats_.tiers[TierIndex(from)].write_backs;
-      CountMoveLocked(from, shard.home, shard.size_bytes);
+      CountMoveLocked(shard.key.job, from, shard.home, shard.size_bytes);
       bytes_down = shard.size_bytes;
     }
     for (TierKind u : op.dropped) {
@@ -745,10 +992,15 @@ absl::StatusOr<Lease> TieredStore::Acquire(const ShardKey& key, TierKind t, Acce
     }
     if (IsCurrentLocked(*shard, t)) {
       TierCounters& counters = stats_.tiers[TierIndex(t)];
-      if (!counted) ++counters.acquire_hits;
+      StoreStats& job_stats = job_stats_[key.job];
+      if (!counted) {
+        ++counters.acquire_hits;
+        ++job_stats.tiers[TierIndex(t)].acquire_hits;
+      }
       ++c.pins;
       if (mode == AccessMode::kWrite) ++c.writers;
       if (c.prefetched_unused) {
+        ++job_stats.prefetches_used;
         ++stats_.prefetches_used;
         c.prefetched_unused = false;
       }
@@ -757,6 +1009,8 @@ absl::StatusOr<Lease> TieredStore::Acquire(const ShardKey& key, TierKind t, Acce
       if (waited) {
         stats_.stall_time += now - start;
         ++stats_.stalled_acquires;
+        job_stats.stall_time += now - start;
+        ++job_stats.stalled_acquires;
       }
       const LeaseId id{next_lease_++};
       leases_[id.value] = LeaseRecord{shard, t, mode, now + duration};
@@ -766,6 +1020,7 @@ absl::StatusOr<Lease> TieredStore::Acquire(const ShardKey& key, TierKind t, Acce
     }
     if (!counted) {
       ++stats_.tiers[TierIndex(t)].acquire_misses;
+      ++job_stats_[key.job].tiers[TierIndex(t)].acquire_misses;
       counted = true;
     }
     // A promotion we waited for ended without a current copy: report its

@@ -96,6 +96,9 @@ struct PromoteOptions {
   bool prefetch = false;
   // A prefetch of a shard needed very soon (passed to the policy).
   bool urgent = false;
+  // A client waits for this copy now (as Acquire's own promotion): the
+  // policy must choose a victim if there is one.
+  bool demand = false;
 };
 
 // A snapshot of one shard, for tests, the CLI and the prefetcher.
@@ -137,6 +140,13 @@ class TieredStore {
   // written before it returns). AlreadyExists; ResourceExhausted when the home
   // tier or the job's budget there is full (home copies are never evicted).
   absl::Status AddShard(const ShardKey& key, TierKind home, absl::Span<const std::byte> data);
+  // Registers `key` whose home copy already exists in `home` (a tier whose
+  // slots are named by the key, such as NvmeTier over an extent written
+  // earlier, or by an earlier daemon): charges and allocates the home slot
+  // without writing it. The home is taken as the latest version; when no
+  // data was ever written there, reads fail with the tier's error until a
+  // newer version is written back.
+  absl::Status AdoptShard(const ShardKey& key, TierKind home, uint64_t size_bytes);
   // Forgets `key` and frees its slots. FailedPrecondition when pinned or moving.
   absl::Status RemoveShard(const ShardKey& key);
 
@@ -170,10 +180,32 @@ class TieredStore {
   // be evicted).
   absl::StatusOr<Lease> Acquire(const ShardKey& key, TierKind tier, AccessMode mode,
                                 std::optional<absl::Duration> lease = std::nullopt);
+  // Pins a slot for `key` in `tier` (faster than its home) for a write that
+  // replaces the whole shard: nothing is read into it (the old bytes may be
+  // anything). The copy becomes the latest version when released dirty, and
+  // is dropped as stale when released clean. Waits for transfers into or out
+  // of that slot; a slot not yet there is charged as a demand promotion
+  // (evicting by the policy) and allocated.
+  absl::StatusOr<Lease> AcquireForOverwrite(const ShardKey& key, TierKind tier,
+                                            std::optional<absl::Duration> lease = std::nullopt);
   // Unpins. `dirty` (only for kWrite leases: InvalidArgument otherwise) makes
   // this copy the latest version; other copies become stale and are dropped
   // as soon as nobody uses them. NotFound when the lease expired or is unknown.
   absl::Status Release(LeaseId lease, bool dirty);
+  // Drops `job`'s clean, unpinned, idle cached copies in `tier`, chosen by
+  // the policy (as for a demand miss), until the job holds at most
+  // `target_bytes` there (or nothing droppable is left). Never blocks on
+  // I/O: dirty copies are left (Demote writes them back). With `incoming`,
+  // the room is for that shard's prefetch: the policy may refuse (do no
+  // harm) and the trim then stops short. Copies of `keep` stay (shards about
+  // to be acquired). Returns the job's charged bytes in `tier` afterwards.
+  uint64_t Trim(JobId job, TierKind tier, uint64_t target_bytes,
+                const std::optional<ShardKey>& incoming = std::nullopt, bool urgent = false,
+                absl::Span<const ShardKey> keep = {});
+  // Drops the cached copy of `key` in `tier` now when it is clean, unpinned
+  // and idle. NotFound when absent; FailedPrecondition when pinned, moving,
+  // or the only current copy.
+  absl::Status Evict(const ShardKey& key, TierKind tier);
   // Moves the deadline to now + `lease`. NotFound when expired or unknown.
   absl::Status RenewLease(LeaseId lease, absl::Duration duration);
   // Drops every lease past its deadline; returns how many.
@@ -203,6 +235,8 @@ class TieredStore {
   bool has_tier(TierKind tier) const { return tiers_[TierIndex(tier)] != nullptr; }
 
   StoreStats stats() const;
+  // The counters of `job`'s shards alone (zero for an unknown job).
+  StoreStats job_stats(JobId job) const;
 
   // Checks the store's invariants: charges within capacities and job budgets
   // and equal to the sum of the copies' footprints; pinned copies resident;
@@ -301,7 +335,9 @@ class TieredStore {
   // Moves `size` bytes between two slots, through host memory when needed.
   absl::Status CopyData(TierKind src, const TierSlot& src_slot, TierKind dst,
                         const TierSlot& dst_slot, uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
-  void CountMoveLocked(TierKind src, TierKind dst, uint64_t bytes)
+  // Runs the write-backs a charge queued (no lock held).
+  absl::Status RunWriteBacks(const std::vector<PendingWriteBack>& write_backs) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountMoveLocked(JobId job, TierKind src, TierKind dst, uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool NoOpsInFlight() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ops_in_flight_ == 0; }
 
@@ -328,6 +364,7 @@ class TieredStore {
   std::array<int, kNumTiers> write_backs_running_ ABSL_GUARDED_BY(mu_){};
   int ops_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   StoreStats stats_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<JobId, StoreStats> job_stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 
 namespace strata {
 
@@ -23,6 +24,14 @@ class Transfer {
   // Blocks until done; returns how it ended.
   absl::Status Wait() const {
     done_.WaitForNotification();
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+  // Like Wait, but gives up at `deadline`: DeadlineExceeded if not done.
+  absl::Status WaitUntil(absl::Time deadline) const {
+    if (!done_.WaitForNotificationWithDeadline(deadline)) {
+      return absl::DeadlineExceededError("the transfer did not finish in time");
+    }
     absl::MutexLock lock(&mu_);
     return status_;
   }
