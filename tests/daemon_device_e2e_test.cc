@@ -53,6 +53,15 @@ class Raw {
     v1::ResumeJobResponse out;
     return Call(&v1::Strata::Stub::ResumeJob, r, &out);
   }
+  uint64_t Attach(const std::string& job, uint32_t rank) {
+    v1::AttachRankRequest r;
+    r.set_job(job);
+    r.set_rank(rank);
+    v1::AttachRankResponse out;
+    grpc::Status s = Call(&v1::Strata::Stub::AttachRank, r, &out);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return out.session_id();
+  }
   grpc::Status Acquire(uint64_t session, std::vector<uint32_t> indices, int tier) {
     v1::AcquireRequest r;
     r.set_session_id(session);
@@ -221,13 +230,22 @@ TEST(DaemonDeviceTest, HostileTiersAndJobsAreRefusedNamingTheProblem) {
   ASSERT_TRUE((*rank)->RegisterTensors({{"w", 4096}}).ok());
   Raw raw(daemon.socket());
   // Tier values outside the enum (proto3 carries any int32).
+  const uint64_t session = raw.Attach("job", 1);
+  ASSERT_NE(session, 0u);
   for (int tier : {-1, 4, 99, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()}) {
-    grpc::Status a = raw.Acquire(1, {0}, tier);  // an unknown session is refused first
-    EXPECT_FALSE(a.ok()) << tier;
+    grpc::Status a = raw.Acquire(session, {0}, tier);
+    EXPECT_EQ(a.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << tier << ": " << a.error_message();
+    EXPECT_NE(a.error_message().find("tier"), std::string::npos) << a.error_message();
     grpc::Status p = raw.Park("job", tier);
     EXPECT_EQ(p.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << tier << ": " << p.error_message();
     EXPECT_NE(p.error_message().find("tier"), std::string::npos) << p.error_message();
   }
+  // An unknown (or another uid's) session is refused before anything is read.
+  EXPECT_EQ(raw.Acquire(session + 1, {0}, v1::TIER_DEVICE).error_code(), grpc::StatusCode::NOT_FOUND);
+  // A hostile index list: longer than any job's tensor count.
+  std::vector<uint32_t> many(65537, 0);
+  grpc::Status too_many = raw.Acquire(session, many, v1::TIER_DEVICE);
+  EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << too_many.error_message();
   // Park needs a tier below the device: none given, or the device itself.
   EXPECT_EQ(raw.Park("job", v1::TIER_UNSPECIFIED).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(raw.Park("job", v1::TIER_DEVICE).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
