@@ -251,7 +251,9 @@ std::string DescribeDaemonSettings(const DaemonSettings& s) {
   return absl::StrCat(
       "socket_path: ", s.socket_path, "\n",
       "tcp_address: ", s.tcp_address.empty() ? "(off)" : s.tcp_address, "\n",
-      "device: ", device(s.device), " (capacity ", FormatBytes(s.device_capacity_bytes), ")\n",
+      "device: ", device(s.device),
+      s.device == DeviceChoice::kNone ? std::string() : absl::StrCat(" (capacity ", FormatBytes(s.device_capacity_bytes), ")"),
+      "\n",
       "pinned_capacity: ", FormatBytes(s.pinned_capacity_bytes), "\n",
       "nvme_paths: ", s.nvme_paths.empty() ? "(none: NVMe tier off)" : absl::StrJoin(s.nvme_paths, ","),
       " (capacity ", FormatBytes(s.nvme_capacity_bytes), " per path)\n",

@@ -55,7 +55,7 @@ TEST(DaemonConfigTest, DeviceNoneTakesNoCapacity) {
   auto s = ResolveDaemonSettings(c, "");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->device, DeviceChoice::kNone);
-  EXPECT_NE(DescribeDaemonSettings(*s).find("device: none"), std::string::npos);
+  EXPECT_NE(DescribeDaemonSettings(*s).find("device: none\n"), std::string::npos);
   strata::v1::DaemonConfig d;  // the default: auto, 1 GiB
   auto t = ResolveDaemonSettings(d, "");
   ASSERT_TRUE(t.ok()) << t.status();
