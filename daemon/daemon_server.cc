@@ -130,6 +130,19 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   services.pinned = server->pinned_.get();
   services.doorbells = server->doorbells_.get();
   services.device = server->device_ != nullptr ? server->device_->tier() : nullptr;
+  if (server->nvme_ != nullptr) {
+    // Every Infinity job's params: one TieredStore over the device tier (when
+    // the daemon has one), the jobs' windows and the NVMe homes.
+    ParamStoreOptions param_options;
+    param_options.pinned_capacity_bytes = settings.pinned_capacity_bytes;
+    auto params = ParamStore::Create(server->nvme_, services.device, param_options);
+    if (!params.ok()) return params.status();
+    server->params_ = std::move(*params);
+    services.params = server->params_.get();
+    server->choices_.push_back(absl::StrCat("params (infinity): one tiered store for every job, tiers ",
+                                            services.device != nullptr ? "device | " : "",
+                                            "pinned windows | nvme, ", param_options.io_threads, " transfer threads"));
+  }
   server->registry_ = std::make_unique<JobRegistry>(services, &server->clock_, settings.lease_timeout,
                                                     settings.reattach_timeout, settings.limits.max_jobs_per_uid);
   server->fd_socket_path_ = settings.socket_path + ".fd";

@@ -31,6 +31,7 @@
 #include "daemon/job_registry.h"
 #include "daemon/metrics_server.h"
 #include "daemon/nvme_tier_setup.h"
+#include "daemon/param_store.h"
 #include "daemon/pinned_budget.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "tiers/transfer_executor.h"
@@ -96,6 +97,9 @@ class DaemonServer {
   // Per-bucket signals (daemon/doorbell.h): before the registry, since jobs
   // leave the hub when they are destroyed.
   std::unique_ptr<DoorbellHub> doorbells_;
+  // The one tiered store of every Infinity job's params (daemon/param_store.h):
+  // before the registry, since jobs take their shards out of it when destroyed.
+  std::unique_ptr<ParamStore> params_;
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<StrataService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

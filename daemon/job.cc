@@ -93,6 +93,9 @@ bool Job::NeedsReload() const {
 
 void Job::Supersede() {
   Stop();
+  // The reloaded copy of this job takes its shards' place in the daemon's
+  // param store (same keys): this one's leave it first.
+  if (param_cache_ != nullptr) param_cache_->Detach();
   absl::MutexLock states_lock(&states_mu_);  // a pass in progress (InitParams) ends first
   absl::MutexLock lock(&commit_mu_);
   if (superseded_ || services_.nvme == nullptr || settings_.mode != strata::v1::MODE_INFINITY) return;
@@ -271,16 +274,18 @@ absl::Status Job::BuildLayoutsLocked(const std::vector<TensorSpec>& tensors, boo
           services_.pinned->Reserve(budget + grad_spill_->staging_bytes(),
                                     absl::StrCat("job '", settings_.name, "' window (pinned_budget_bytes)")));
     }
-    param_cache_ = std::make_unique<ParamCache>(
-        id_, settings_.world_size, services_.nvme,
-        [this](uint32_t r, uint32_t index) {
-          absl::MutexLock lock(&region_mu_);
-          const PublishedRank& rank = published_[r];
-          const ExchangeSlot& slot = rank.slots[index];
-          return ParamCache::ShardRef{rank.base + slot.param_offset, ParamSlotBytes(slot)};
-        },
-        budget, /*lookahead=*/4, workers_,
-        [this](uint32_t r, uint32_t index) { DiscardParamSlot(r, index); });
+    ParamCache::Locate locate = [this](uint32_t r, uint32_t index) {
+      absl::MutexLock lock(&region_mu_);
+      const PublishedRank& rank = published_[r];
+      const ExchangeSlot& slot = rank.slots[index];
+      return ParamCache::ShardRef{rank.base + slot.param_offset, ParamSlotBytes(slot), slot.param_offset};
+    };
+    ParamCache::Discard discard = [this](uint32_t r, uint32_t index) { DiscardParamSlot(r, index); };
+    param_cache_ = services_.params != nullptr
+                       ? std::make_unique<ParamCache>(id_, settings_.world_size, services_.params, std::move(locate),
+                                                      budget, /*lookahead=*/4, std::move(discard))
+                       : std::make_unique<ParamCache>(id_, settings_.world_size, services_.nvme, std::move(locate),
+                                                      budget, /*lookahead=*/4, workers_, std::move(discard));
   }
   return absl::OkStatus();
 }

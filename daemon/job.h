@@ -48,6 +48,7 @@
 namespace strata {
 
 class ExtentStore;
+class ParamStore;
 class Tier;
 
 // A run of shard elements whose tensors belong to one param group. A slot's
@@ -137,6 +138,9 @@ struct JobServices {
   // The daemon's device tier (virtual GPU memory: daemon/device_arena.h);
   // nullptr when the daemon runs without one (--device none).
   Tier* device = nullptr;
+  // The daemon's one tiered store for Infinity params (daemon/param_store.h);
+  // nullptr: each Infinity job keeps a store of its own (tests, tools).
+  ParamStore* params = nullptr;
 };
 
 class Job {
