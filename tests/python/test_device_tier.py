@@ -5,6 +5,7 @@ import os
 import tempfile
 
 import pytest
+import torch
 
 from conftest import Daemon
 from strata import StrataError, connect
@@ -67,3 +68,48 @@ def test_park_and_resume_name_the_job(device_daemon):
     with pytest.raises(StrataError) as e:
         client.park_job("no-such-job", "floppy")
     assert e.value.code == "INVALID_ARGUMENT"
+
+
+class _Mlp(torch.nn.Module):
+    """Three partitioned layers: 34 KiB of float32 params (36 KiB of 4 KiB device slots)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 64)
+        self.b = torch.nn.Linear(64, 64)
+        self.c = torch.nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+
+
+def _train_zero3(socket, device_budget_bytes, steps=4):
+    import strata.torch as st
+    torch.manual_seed(5)
+    model = _Mlp()
+    opt = st.Zero3AdamW(model, lr=1e-2, weight_decay=0.1, socket=socket, mode="infinity",
+                        persistence_threshold=32, pinned_budget_bytes=16 << 10,
+                        device_budget_bytes=device_budget_bytes)
+    losses = []
+    try:
+        for step in range(steps):
+            x = torch.randn(8, 64, generator=torch.Generator().manual_seed(step))
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+    finally:
+        opt.close()
+    return losses, [p.detach().clone() for p in model.parameters()]
+
+
+def test_zero3_on_the_device_tier_trains_the_same_bits(device_daemon):
+    """Zero3AdamW(device_budget_bytes=24 KiB) reads its params from stratad's device arena (a
+    budget below the 36 KiB its shards take there) and trains the same bits as the same job on
+    the pinned window."""
+    window_losses, window_params = _train_zero3(device_daemon.socket, 0)
+    device_losses, device_params = _train_zero3(device_daemon.socket, 24 << 10)
+    assert device_losses == window_losses
+    for p, q in zip(device_params, window_params):
+        assert torch.equal(p, q)
