@@ -57,6 +57,8 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 // Picks the device: a GPU when asked or found, else the emulated one (host
 // memory, no modelled cost: its copies are memcpy, which the peer measures).
+// The emulated device is built as stratad builds its arena
+// (daemon/device_arena.h): a shared memfd a trainer maps.
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(const Flags& f, std::string* note) {
   if (f.device != "emulated") {
     CudaDeviceOptions o;
@@ -68,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(const Flags& f, std::string* 
   }
   EmulatedDeviceOptions o;
   o.capacity_bytes = f.total_bytes;
+  o.shared_memory = true;
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<EmulatedDevice> d, EmulatedDevice::Create(o));
   return std::unique_ptr<Device>(std::move(d));
 }

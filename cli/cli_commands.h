@@ -12,6 +12,8 @@ int RunStatusCommand(int argc, char** argv);
 int RunJobsCommand(int argc, char** argv);
 int RunStatsCommand(int argc, char** argv);
 int RunDrainCommand(int argc, char** argv);
+int RunParkCommand(int argc, char** argv);
+int RunResumeCommand(int argc, char** argv);
 int RunCheckpointCommand(int argc, char** argv);
 
 }  // namespace strata

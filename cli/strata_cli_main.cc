@@ -53,6 +53,8 @@ const std::vector<NamedCommand>& TopCommands() {
       {"jobs", strata::RunJobsCommand, "the daemon's jobs"},
       {"stats", strata::RunStatsCommand, "per-tier and per-job metrics"},
       {"drain", strata::RunDrainCommand, "stop accepting jobs, finish steps, then stop the daemon"},
+      {"park", strata::RunParkCommand, "JOB --tier nvme|pinned_host: push a job's shards down, free its upper tiers"},
+      {"resume", strata::RunResumeCommand, "JOB: bring a parked job's shards back"},
       {"checkpoint", strata::RunCheckpointCommand, "export DIR --to FILE.pt: a checkpoint as one torch state dict"},
   };
   return commands;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <atomic>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "core/status_macros.h"
 #include "absl/synchronization/notification.h"
+#include "client/cuda_ipc.h"
 #include "client/doorbell_client.h"
 #include "client/slot_copy.h"
 #include "core/unix_socket.h"
@@ -66,6 +68,11 @@ struct RankSession::State {
   uint64_t region_bytes = 0;
   std::vector<ShardView> shards;
   std::unique_ptr<ClientDoorbell> doorbell;  // when the daemon offered one
+  // The daemon's device arena (AttachRankResponse.device), mapped once.
+  strata::v1::DeviceArenaShare device_share;
+  bool device_offered = false;
+  DeviceArenaView device;
+  absl::Status device_error;
   std::atomic<bool> stop{false};
   absl::Notification stopped;
   std::thread heartbeat;
@@ -164,6 +171,51 @@ absl::Status StrataClient::Drain() {
   return connection_->Convert(connection_->stub->Drain(&context, strata::v1::DrainRequest(), &response), "Drain");
 }
 
+namespace {
+
+template <typename Response>
+absl::StatusOr<ParkResult> ToParkResult(const Response& response) {
+  ParkResult out;
+  switch (response.tier()) {
+    case strata::v1::TIER_DEVICE: out.tier = TierKind::kDevice; break;
+    case strata::v1::TIER_PINNED_HOST: out.tier = TierKind::kPinnedHost; break;
+    case strata::v1::TIER_NVME: out.tier = TierKind::kNvme; break;
+    default: return absl::InternalError(absl::StrCat("the daemon reported tier ", response.tier()));
+  }
+  out.shards = response.shards();
+  out.bytes = response.bytes();
+  out.seconds = response.seconds();
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ParkResult> StrataClient::ParkJob(const std::string& job, TierKind tier) {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.step_timeout);
+  strata::v1::ParkJobRequest request;
+  request.set_job(job);
+  switch (tier) {
+    case TierKind::kDevice: request.set_tier(strata::v1::TIER_DEVICE); break;
+    case TierKind::kPinnedHost: request.set_tier(strata::v1::TIER_PINNED_HOST); break;
+    case TierKind::kNvme: request.set_tier(strata::v1::TIER_NVME); break;
+  }
+  strata::v1::ParkJobResponse response;
+  STRATA_RETURN_IF_ERROR(connection_->Convert(connection_->stub->ParkJob(&context, request, &response), "ParkJob"));
+  return ToParkResult(response);
+}
+
+absl::StatusOr<ParkResult> StrataClient::ResumeJob(const std::string& job) {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.step_timeout);
+  strata::v1::ResumeJobRequest request;
+  request.set_job(job);
+  strata::v1::ResumeJobResponse response;
+  STRATA_RETURN_IF_ERROR(
+      connection_->Convert(connection_->stub->ResumeJob(&context, request, &response), "ResumeJob"));
+  return ToParkResult(response);
+}
+
 absl::Status StrataClient::SaveCheckpoint(const std::string& job, const std::string& directory) {
   grpc::ClientContext context;
   connection_->SetDeadline(&context, connection_->options.step_timeout);
@@ -184,6 +236,17 @@ absl::StatusOr<uint64_t> StrataClient::LoadCheckpoint(const std::string& directo
   absl::Status s = connection_->Convert(connection_->stub->LoadCheckpoint(&context, request, &response), "LoadCheckpoint");
   if (!s.ok()) return s;
   return response.job_id();
+}
+
+absl::StatusOr<std::vector<TierUsage>> StrataClient::Tiers() {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.rpc_timeout);
+  strata::v1::GetStatsResponse response;
+  STRATA_RETURN_IF_ERROR(connection_->Convert(
+      connection_->stub->GetStats(&context, strata::v1::GetStatsRequest(), &response), "GetStats"));
+  std::vector<TierUsage> out;
+  for (const auto& t : response.tiers()) out.push_back({t.tier(), t.capacity_bytes(), t.used_bytes()});
+  return out;
 }
 
 absl::StatusOr<std::string> StrataClient::StatsText() {
@@ -209,6 +272,10 @@ absl::StatusOr<std::string> StrataClient::StatsText() {
                           static_cast<unsigned long long>(j.nvme_write_bytes()), j.job().loss_scale(),
                           static_cast<unsigned long long>(j.job().skipped_steps()));
     for (const auto& t : j.tiers()) {
+      if (t.tier() == "device") {
+        absl::StrAppendFormat(&out, "    device   budget %llu B\n", static_cast<unsigned long long>(t.budget_bytes()));
+        continue;
+      }
       if (t.tier() == "nvme") {
         absl::StrAppendFormat(&out, "    nvme     read %llu B  written %llu B\n",
                               static_cast<unsigned long long>(t.bytes_read()),
@@ -247,8 +314,41 @@ absl::StatusOr<std::unique_ptr<RankSession>> StrataClient::Attach(const std::str
   state->lease = absl::Milliseconds(response.lease_timeout_ms());
   state->reattached = response.reattached();
   state->step = response.step();
+  state->device_offered = response.has_device() && response.device().bytes() > 0;
+  if (state->device_offered) state->device_share = response.device();
   return std::make_unique<RankSession>(std::move(state));
 }
+
+namespace {
+
+void UnmapDeviceArena(RankSession::State& st) {
+  if (st.device.kind == DeviceArenaView::Kind::kMemfd && st.device.host != nullptr) {
+    munmap(const_cast<std::byte*>(st.device.host), st.device.bytes);
+  }
+  if (st.device.kind == DeviceArenaView::Kind::kCudaIpc && st.device.device != nullptr) {
+    // The pointer is base + cuda_offset; the IPC mapping is closed by its base.
+    CloseCudaIpcArena(static_cast<std::byte*>(st.device.device) - st.device_share.cuda_offset());
+  }
+  st.device = DeviceArenaView();
+}
+
+// Maps the arena from the hand-off's memfd (read-only: only the daemon
+// writes shards), checking its size against what AttachRank said.
+absl::Status MapEmulatedArena(RankSession::State& st, UniqueFd fd, uint64_t bytes) {
+  if (bytes != st.device_share.bytes()) {
+    return absl::InternalError("the daemon's device arena size does not match AttachRank");
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) {
+    return absl::InternalError(absl::StrCat("mmap of the device arena failed: errno ", errno));
+  }
+  st.device.kind = DeviceArenaView::Kind::kMemfd;
+  st.device.bytes = bytes;
+  st.device.host = static_cast<const std::byte*>(base);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 RankSession::RankSession(std::unique_ptr<State> state) : state_(std::move(state)) {
   // Keep the lease alive while the trainer computes between calls.
@@ -276,6 +376,7 @@ RankSession::~RankSession() {
   strata::v1::DetachRankResponse response;
   (void)state_->connection->stub->DetachRank(&context, request, &response);
   if (state_->region != nullptr) munmap(state_->region, state_->region_bytes);
+  UnmapDeviceArena(*state_);
 }
 
 uint64_t RankSession::job_id() const { return state_->job_id; }
@@ -346,16 +447,49 @@ absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors,
   const bool want_doorbell = st.connection->options.use_doorbell && response.doorbell_bytes() != 0;
   auto sock = ConnectUnix(st.fd_socket_path);
   if (!sock.ok()) return sock.status();
-  if (absl::Status s = SendWithFds(sock->get(), want_doorbell ? st.fd_token + " doorbell" : st.fd_token, {});
-      !s.ok()) {
-    return s;
-  }
+  // The emulated device arena comes in the same hand-off ("... device").
+  const bool want_device = st.device_offered && st.device_share.kind() == "memfd";
+  std::string ask = st.fd_token;
+  if (want_doorbell) ask += " doorbell";
+  if (want_device) ask += " device";
+  if (absl::Status s = SendWithFds(sock->get(), ask, {}); !s.ok()) return s;
   auto reply = ReceiveWithFds(sock->get(), 1024, st.connection->options.rpc_timeout);
   if (!reply.ok()) return reply.status();
   std::vector<std::string> words = absl::StrSplit(reply->bytes, ' ');
+  // "... device <bytes>" at the end, with the arena's fd last.
+  std::optional<UniqueFd> device_fd;
+  uint64_t device_bytes = 0;
+  if (want_device && words.size() >= 4 && words[words.size() - 2] == "device" && reply->fds.size() >= 2) {
+    if (!absl::SimpleAtoi(words.back(), &device_bytes)) {
+      return absl::InternalError("the daemon's device arena reply is malformed");
+    }
+    words.resize(words.size() - 2);
+    device_fd = std::move(reply->fds.back());
+    reply->fds.pop_back();
+  }
   const bool with_doorbell = words.size() == 3 && reply->fds.size() == 3;
   if (words.size() < 2 || words[0] != "OK" || !(with_doorbell || (words.size() == 2 && reply->fds.size() == 1))) {
     return absl::PermissionDeniedError(absl::StrCat("the daemon refused the shared memory: ", reply->bytes));
+  }
+  UnmapDeviceArena(st);
+  st.device_error = absl::OkStatus();
+  if (want_device) {
+    if (!device_fd.has_value()) return absl::InternalError("the daemon offered a device arena but sent none");
+    STRATA_RETURN_IF_ERROR(MapEmulatedArena(st, std::move(*device_fd), device_bytes));
+  } else if (st.device_offered && st.device_share.kind() == "cuda_ipc") {
+    // Opened once per session; a process that cannot open it (no GPU, a
+    // client built without CUDA) trains on the pinned window instead.
+    absl::StatusOr<void*> base = OpenCudaIpcArena(st.device_share.cuda_ipc_handle(), st.device_share.device_ordinal());
+    if (base.ok()) {
+      st.device.kind = DeviceArenaView::Kind::kCudaIpc;
+      st.device.bytes = st.device_share.bytes();
+      st.device.device = static_cast<std::byte*>(*base) + st.device_share.cuda_offset();
+    } else {
+      st.device_error = base.status();
+    }
+  } else if (st.device_offered) {
+    st.device_error = absl::UnimplementedError(
+        absl::StrCat("the daemon shares its device arena as '", st.device_share.kind(), "', unknown to this client"));
   }
   uint64_t bytes = 0;
   if (!absl::SimpleAtoi(words[1], &bytes) || bytes != response.region_bytes()) {
@@ -537,6 +671,82 @@ absl::Status RankSession::Acquire(absl::Span<const uint32_t> indices) {
   strata::v1::AcquireResponse response;
   return SessionCall(*state_, &strata::v1::Strata::Stub::Acquire, "Acquire", request, &response,
                      state_->connection->options.step_timeout);
+}
+
+absl::StatusOr<std::vector<ShardPlace>> RankSession::Acquire(absl::Span<const uint32_t> indices, TierKind tier) {
+  strata::v1::AcquireRequest request;
+  request.mutable_indices()->Add(indices.begin(), indices.end());
+  switch (tier) {
+    case TierKind::kDevice: request.set_tier(strata::v1::TIER_DEVICE); break;
+    case TierKind::kPinnedHost: request.set_tier(strata::v1::TIER_PINNED_HOST); break;
+    case TierKind::kNvme: request.set_tier(strata::v1::TIER_NVME); break;
+  }
+  strata::v1::AcquireResponse response;
+  STRATA_RETURN_IF_ERROR(SessionCall(*state_, &strata::v1::Strata::Stub::Acquire, "Acquire", request, &response,
+                                     state_->connection->options.step_timeout));
+  if (response.places_size() != static_cast<int>(indices.size())) {
+    return absl::InternalError(absl::StrCat("Acquire: the daemon placed ", response.places_size(), " of ",
+                                            indices.size(), " shards"));
+  }
+  std::vector<ShardPlace> places;
+  places.reserve(indices.size());
+  for (const auto& p : response.places()) {
+    ShardPlace place{p.index(), TierKind::kPinnedHost, p.offset(), p.bytes()};
+    if (p.tier() == strata::v1::TIER_DEVICE) place.tier = TierKind::kDevice;
+    else if (p.tier() != strata::v1::TIER_PINNED_HOST) {
+      return absl::InternalError(absl::StrCat("Acquire: the daemon placed shard ", p.index(), " in tier ", p.tier()));
+    }
+    places.push_back(place);
+  }
+  return places;
+}
+
+const DeviceArenaView& RankSession::device_arena() const { return state_->device; }
+absl::Status RankSession::device_error() const { return state_->device_error; }
+
+absl::StatusOr<absl::Span<const std::byte>> RankSession::PlacedBytes(const ShardPlace& place) const {
+  const State& st = *state_;
+  const std::byte* base = nullptr;
+  uint64_t size = 0;
+  if (place.tier == TierKind::kPinnedHost) {
+    base = st.region;
+    size = st.region_bytes;
+  } else if (place.tier == TierKind::kDevice) {
+    if (st.device.kind == DeviceArenaView::Kind::kCudaIpc) {
+      return absl::FailedPreconditionError("the device arena is GPU memory: read it at device_arena().device + offset");
+    }
+    base = st.device.host;
+    size = st.device.bytes;
+  }
+  if (base == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("no ", TierKindName(place.tier), " mapping in this session",
+                                                      st.device_error.ok() ? "" : ": ",
+                                                      st.device_error.ok() ? "" : st.device_error.message()));
+  }
+  if (place.offset > size || place.bytes > size - place.offset) {
+    return absl::OutOfRangeError(absl::StrCat("shard ", place.index, " at ", place.offset, "+", place.bytes,
+                                              " lies outside the ", size, "-byte mapping"));
+  }
+  return absl::Span<const std::byte>(base + place.offset, place.bytes);
+}
+
+absl::Status RankSession::ReadPlaced(const ShardPlace& place, absl::Span<std::byte> dst) const {
+  if (dst.size() < place.bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadPlaced: ", dst.size(), " bytes of room for shard ", place.index, "'s ", place.bytes));
+  }
+  const State& st = *state_;
+  if (place.tier == TierKind::kDevice && st.device.kind == DeviceArenaView::Kind::kCudaIpc) {
+    if (place.offset > st.device.bytes || place.bytes > st.device.bytes - place.offset) {
+      return absl::OutOfRangeError(absl::StrCat("shard ", place.index, " at ", place.offset, "+", place.bytes,
+                                                " lies outside the ", st.device.bytes, "-byte device arena"));
+    }
+    return CopyFromCudaArena(dst.data(), static_cast<const std::byte*>(st.device.device) + place.offset,
+                             place.bytes);
+  }
+  STRATA_ASSIGN_OR_RETURN(absl::Span<const std::byte> bytes, PlacedBytes(place));
+  std::copy(bytes.begin(), bytes.end(), dst.begin());
+  return absl::OkStatus();
 }
 
 absl::Status RankSession::Release(absl::Span<const uint32_t> indices) {

@@ -22,6 +22,15 @@
 // Gradients and steps work as in offload mode. Call IterationBoundary() once
 // per training iteration so the prefetcher can learn the access order.
 //
+// The device tier (virtual GPU memory): a job created with a device budget
+// on a daemon with a device tier may Acquire(indices, TierKind::kDevice); the
+// daemon pages the shards NVMe -> pinned -> device and returns where each
+// sits (ShardPlace), offsets in the daemon's device arena, which the session
+// maps once (device_arena(): a read-only host mapping of the emulated arena,
+// or the opened CUDA IPC pointer on a GPU). DeviceBytes(place) gives an
+// emulated shard's bytes. StrataClient::ParkJob / ResumeJob push a job's
+// shards down to pinned host or NVMe memory and bring them back.
+//
 // Several daemons (one per node) serve one job when each is created with its
 // JobSpec::local_ranks and external_step_agreement: after GradReady, every
 // rank calls PrepareStep, all-reduces the stats with its peers (torch.distributed)
@@ -46,6 +55,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/dtype.h"
+#include "core/tier_kind.h"
 #include "core/zero_partition.h"
 
 namespace strata {
@@ -133,6 +143,45 @@ struct StepResult {
   uint64_t optimizer_steps = 0;
 };
 
+// Where an acquired param shard sits now (Acquire with a tier): its tier and
+// its byte offset there -- in this rank's shared window (kPinnedHost: the
+// same place as ShardView::param) or in the daemon's device arena (kDevice).
+struct ShardPlace {
+  uint32_t index = 0;
+  TierKind tier = TierKind::kPinnedHost;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+// The daemon's device arena as this session sees it (see device_arena()).
+struct DeviceArenaView {
+  enum class Kind : uint8_t { kNone, kMemfd, kCudaIpc };
+  Kind kind = Kind::kNone;
+  uint64_t bytes = 0;
+  // kMemfd: the arena mapped read-only (only the daemon writes shards).
+  const std::byte* host = nullptr;
+  // kCudaIpc: the arena's device pointer in this process (cudaIpcOpenMemHandle),
+  // null when it could not be opened (device_error() says why).
+  void* device = nullptr;
+};
+
+// What ParkJob / ResumeJob moved and how long it took.
+struct ParkResult {
+  TierKind tier = TierKind::kNvme;  // where the job's shards are now (at most)
+  uint64_t shards = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  // bytes / seconds; 0 when nothing moved.
+  double bytes_per_second() const { return seconds > 0 ? static_cast<double>(bytes) / seconds : 0; }
+};
+
+// One tier's capacity and use, as GetStats reports them.
+struct TierUsage {
+  std::string tier;  // "device", "nvme", "pinned"
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+};
+
 class RankSession;
 
 class StrataClient {
@@ -151,11 +200,18 @@ class StrataClient {
   absl::Status SaveCheckpoint(const std::string& job, const std::string& directory);
   // Creates job `new_job_name` from a checkpoint; returns its id.
   absl::StatusOr<uint64_t> LoadCheckpoint(const std::string& directory, const std::string& new_job_name);
+  // Every tier's capacity and use (the device tier: its arena).
+  absl::StatusOr<std::vector<TierUsage>> Tiers();
   // Human-readable stats (what `strata stats` prints).
   absl::StatusOr<std::string> StatsText();
   absl::Status Noop();
   // Asks the daemon to stop accepting jobs, finish in-flight steps and exit.
   absl::Status Drain();
+  // Pushes every shard of `job` down to `tier` (kPinnedHost or kNvme) and
+  // frees its copies above (the job must hold no pins); ResumeJob brings them
+  // back. Owner or admin only.
+  absl::StatusOr<ParkResult> ParkJob(const std::string& job, TierKind tier);
+  absl::StatusOr<ParkResult> ResumeJob(const std::string& job);
 
   // Internal: the connection a RankSession shares.
   struct Connection;
@@ -235,6 +291,25 @@ class RankSession {
   absl::StatusOr<StepResult> WaitStep(uint64_t step);
 
   absl::Status Acquire(absl::Span<const uint32_t> indices);
+  // As above, into `tier` (kPinnedHost: the window; kDevice: the daemon's
+  // device arena, jobs with a device budget only), returning where each
+  // shard sits now, in the order of `indices`.
+  absl::StatusOr<std::vector<ShardPlace>> Acquire(absl::Span<const uint32_t> indices, TierKind tier);
+  // The device arena, mapped once by RegisterTensors (kind kNone for a job
+  // without a device budget or a daemon without a device tier).
+  const DeviceArenaView& device_arena() const;
+  // Why the arena is not mapped although the daemon offered it (a CUDA IPC
+  // handle this process cannot open); OK otherwise.
+  absl::Status device_error() const;
+  // The bytes of a shard placed in the mapped emulated arena (kMemfd), or
+  // of one in the window (kPinnedHost). OutOfRange when the place does not
+  // lie inside the mapping; FailedPrecondition for a CUDA arena (read it
+  // from device_arena().device + offset on the GPU).
+  absl::StatusOr<absl::Span<const std::byte>> PlacedBytes(const ShardPlace& place) const;
+  // Copies a placed shard's bytes into `dst` (dst.size() >= place.bytes)
+  // wherever it sits: the window, the emulated arena, or GPU memory (a
+  // device-to-host copy). For trainers that want host bytes either way.
+  absl::Status ReadPlaced(const ShardPlace& place, absl::Span<std::byte> dst) const;
   absl::Status Release(absl::Span<const uint32_t> indices);
   absl::Status IterationBoundary();
   absl::Status Heartbeat();

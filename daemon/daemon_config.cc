@@ -145,12 +145,22 @@ absl::StatusOr<DaemonSettings> ResolveDaemonSettings(const strata::v1::DaemonCon
   if (device.empty() || device == "auto") s.device = DeviceChoice::kAuto;
   else if (device == "cuda") s.device = DeviceChoice::kCuda;
   else if (device == "emulated") s.device = DeviceChoice::kEmulated;
+  else if (device == "none") s.device = DeviceChoice::kNone;
   else {
     return absl::InvalidArgumentError(
-        absl::StrCat("device: '", c.device(), "' is not valid; expected auto, cuda or emulated"));
+        absl::StrCat("device: '", c.device(), "' is not valid; expected auto, cuda, emulated or none"));
   }
   STRATA_ASSIGN_OR_RETURN(s.device_capacity_bytes,
                           SizeField(c.device_capacity(), "1GiB", "device_capacity"));
+  // The device tier is one arena of this size (daemon/device_arena.h),
+  // sub-allocated in 4 KiB slots.
+  if (s.device != DeviceChoice::kNone &&
+      (s.device_capacity_bytes == 0 || s.device_capacity_bytes % 4096 != 0 ||
+       s.device_capacity_bytes > (uint64_t{1} << 50))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device_capacity: ", s.device_capacity_bytes,
+        " bytes is not valid; expected a multiple of 4 KiB in 4KiB..1PiB (or device: none)"));
+  }
   STRATA_ASSIGN_OR_RETURN(s.pinned_capacity_bytes,
                           SizeField(c.pinned_capacity(), "1GiB", "pinned_capacity"));
   for (const std::string& p : c.nvme_paths()) {
@@ -221,7 +231,10 @@ absl::StatusOr<DaemonSettings> ResolveDaemonSettings(const strata::v1::DaemonCon
 
 std::string DescribeDaemonSettings(const DaemonSettings& s) {
   auto device = [](DeviceChoice d) {
-    return d == DeviceChoice::kAuto ? "auto" : d == DeviceChoice::kCuda ? "cuda" : "emulated";
+    return d == DeviceChoice::kAuto      ? "auto"
+           : d == DeviceChoice::kCuda    ? "cuda"
+           : d == DeviceChoice::kEmulated ? "emulated"
+                                          : "none";
   };
   auto engine = [](IoEngineChoice e) {
     switch (e) {
@@ -238,7 +251,9 @@ std::string DescribeDaemonSettings(const DaemonSettings& s) {
   return absl::StrCat(
       "socket_path: ", s.socket_path, "\n",
       "tcp_address: ", s.tcp_address.empty() ? "(off)" : s.tcp_address, "\n",
-      "device: ", device(s.device), " (capacity ", FormatBytes(s.device_capacity_bytes), ")\n",
+      "device: ", device(s.device),
+      s.device == DeviceChoice::kNone ? std::string() : absl::StrCat(" (capacity ", FormatBytes(s.device_capacity_bytes), ")"),
+      "\n",
       "pinned_capacity: ", FormatBytes(s.pinned_capacity_bytes), "\n",
       "nvme_paths: ", s.nvme_paths.empty() ? "(none: NVMe tier off)" : absl::StrJoin(s.nvme_paths, ","),
       " (capacity ", FormatBytes(s.nvme_capacity_bytes), " per path)\n",

@@ -15,7 +15,8 @@
 
 namespace strata {
 
-enum class DeviceChoice : uint8_t { kAuto, kCuda, kEmulated };
+// kNone: no device tier (jobs asking for a device budget are refused).
+enum class DeviceChoice : uint8_t { kAuto, kCuda, kEmulated, kNone };
 enum class IoEngineChoice : uint8_t { kAuto, kUring, kAio, kPsync };
 enum class FsyncPolicy : uint8_t { kEveryCommit, kBatched, kNever };
 

@@ -48,6 +48,21 @@ TEST(DaemonConfigTest, ReadsJson) {
   EXPECT_EQ(s->device_capacity_bytes, 64ull << 20);
 }
 
+TEST(DaemonConfigTest, DeviceNoneTakesNoCapacity) {
+  strata::v1::DaemonConfig c;
+  c.set_device("none");
+  c.set_device_capacity("0");
+  auto s = ResolveDaemonSettings(c, "");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->device, DeviceChoice::kNone);
+  EXPECT_NE(DescribeDaemonSettings(*s).find("device: none\n"), std::string::npos);
+  strata::v1::DaemonConfig d;  // the default: auto, 1 GiB
+  auto t = ResolveDaemonSettings(d, "");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->device, DeviceChoice::kAuto);
+  EXPECT_EQ(t->device_capacity_bytes, 1ull << 30);
+}
+
 TEST(DaemonConfigTest, DefaultSocketFollowsXdgRuntimeDir) {
   strata::v1::DaemonConfig c;
   EXPECT_EQ(ResolveDaemonSettings(c, "/run/user/1000")->socket_path,
@@ -65,7 +80,9 @@ TEST(DaemonConfigTest, BadValuesNameTheField) {
                         Case{"io_block_size: \"1000\"", "io_block_size"},
                         Case{"fsync_policy: \"sometimes\"", "fsync_policy"},
                         Case{"nvme_paths: \"relative/dir\"", "nvme_paths"},
-                        Case{"device: \"tpu\"", "device"}}) {
+                        Case{"device: \"tpu\"", "device"},
+                        Case{"device_capacity: \"0\"", "device_capacity"},
+                        Case{"device_capacity: \"1000\"", "device_capacity"}}) {
     std::string path = WriteTemp("bad.textpb", c.text);
     auto config = LoadDaemonConfigFile(path);
     ASSERT_TRUE(config.ok()) << config.status();

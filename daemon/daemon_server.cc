@@ -72,9 +72,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   server->optimizer_ = std::move(*optimizer);
   server->choices_.push_back(absl::StrCat("cpu optimizer: ", settings.optimizer_threads, " threads", pinning,
                                           ", kernels ", CpuOptimizer::KernelTarget()));
-  server->choices_.push_back(settings.device == DeviceChoice::kCuda
-                                 ? "device tier: cuda requested (trainers own the GPU copies in this version)"
-                                 : "device tier: emulated (trainers own the GPU copies in this version)");
+  auto device = DeviceArena::Create(settings.device, settings.device_capacity_bytes, &server->choices_);
+  if (!device.ok()) return device.status();
+  server->device_ = std::move(*device);
   if (!settings.nvme_paths.empty()) {
     auto nvme = OpenNvmeTier(settings, io_decorator, &server->choices_);
     if (!nvme.ok()) return nvme.status();
@@ -129,6 +129,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   services.limits = &server->settings_.limits;
   services.pinned = server->pinned_.get();
   services.doorbells = server->doorbells_.get();
+  services.device = server->device_ != nullptr ? server->device_->tier() : nullptr;
   if (server->nvme_ != nullptr) {
     // Every Infinity job's params: one TieredStore over the device tier (when
     // the daemon has one), the jobs' windows and the NVMe homes.
@@ -160,11 +161,12 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
     self->registry_->StartDraining();
     self->drain_requested_ = true;
   };
-  ctx.tier_stats = [self] { return CollectTierStats(self->nvme_, *self->pinned_); };
+  ctx.tier_stats = [self] { return CollectTierStats(self->nvme_, *self->pinned_, self->device_.get()); };
+  ctx.device = server->device_.get();
   server->service_ = std::make_unique<StrataService>(std::move(ctx));
   server->fd_handoff_ = std::make_unique<FdHandoffServer>(
       server->registry_.get(), server->admins_.get(), [self](int fd) { return self->PeerAllowed(fd); },
-      server->log_);
+      server->log_, server->device_.get());
   if (server->nvme_ != nullptr) {
     // ZeRO-Infinity jobs of an earlier run: their records are on NVMe.
     std::vector<std::string> recovery;
@@ -201,7 +203,7 @@ absl::Status DaemonServer::Start() {
   threads_.emplace_back([this] { ExpiryLoop(); });
   if (settings_.metrics_port != 0) {
     auto metrics = MetricsServer::Start(static_cast<uint16_t>(settings_.metrics_port),
-                                        [this] { return RenderMetrics(*registry_, nvme_, *pinned_); });
+                                        [this] { return RenderMetrics(*registry_, nvme_, *pinned_, device_.get()); });
     if (!metrics.ok()) return metrics.status();
     metrics_ = std::move(*metrics);
   }

@@ -26,6 +26,7 @@
 #include "core/unix_socket.h"
 #include "daemon/caller.h"
 #include "daemon/daemon_config.h"
+#include "daemon/device_arena.h"
 #include "daemon/fd_handoff.h"
 #include "daemon/job_registry.h"
 #include "daemon/metrics_server.h"
@@ -87,6 +88,9 @@ class DaemonServer {
   std::unique_ptr<AdminPolicy> admins_;
   std::unique_ptr<CallerResolver> callers_;
   std::unique_ptr<PinnedBudget> pinned_;
+  // The device tier (nullptr with --device none); before the registry, as
+  // jobs hold slots in it.
+  std::unique_ptr<DeviceArena> device_;
   // Runs every job's steps; declared before the registry, so the jobs (whose
   // Stop waits for their last turn) are gone before the pool joins.
   std::unique_ptr<ThreadPoolExecutor> job_workers_;

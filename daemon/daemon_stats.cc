@@ -1,5 +1,6 @@
 #include "daemon/daemon_stats.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 
@@ -8,8 +9,17 @@
 
 namespace strata {
 
-std::vector<strata::v1::TierStats> CollectTierStats(const ExtentStore* nvme, const PinnedBudget& pinned) {
+std::vector<strata::v1::TierStats> CollectTierStats(const ExtentStore* nvme, const PinnedBudget& pinned,
+                                                    const DeviceArena* device) {
   std::vector<strata::v1::TierStats> tiers;
+  if (device != nullptr) {
+    // The arena (--device_capacity) and the bytes of shard slots in it now.
+    strata::v1::TierStats d;
+    d.set_tier("device");
+    d.set_capacity_bytes(device->capacity_bytes());
+    d.set_used_bytes(device->used_bytes());
+    tiers.push_back(d);
+  }
   if (nvme != nullptr) {
     const ExtentStoreStats s = nvme->Stats();
     strata::v1::TierStats t;
@@ -28,19 +38,30 @@ std::vector<strata::v1::TierStats> CollectTierStats(const ExtentStore* nvme, con
   return tiers;
 }
 
-std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, const PinnedBudget& pinned) {
+std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, const PinnedBudget& pinned,
+                          const DeviceArena* device) {
   std::string out;
   auto metric = [&out](const std::string& name, const std::string& help, const std::string& type) {
     absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
   };
-  const std::vector<strata::v1::TierStats> tiers = CollectTierStats(nvme, pinned);
-  metric("strata_tier_capacity_bytes", "Capacity of a tier (pinned: --pinned_capacity, 0 = unlimited).", "gauge");
+  const std::vector<strata::v1::TierStats> tiers = CollectTierStats(nvme, pinned, device);
+  metric("strata_tier_capacity_bytes",
+         "Capacity of a tier (device: --device_capacity; pinned: --pinned_capacity, 0 = unlimited).", "gauge");
   for (const auto& t : tiers) absl::StrAppend(&out, "strata_tier_capacity_bytes{tier=\"", t.tier(), "\"} ", t.capacity_bytes(), "\n");
   metric("strata_tier_used_bytes", "Bytes in use in a tier.", "gauge");
   for (const auto& t : tiers) absl::StrAppend(&out, "strata_tier_used_bytes{tier=\"", t.tier(), "\"} ", t.used_bytes(), "\n");
-  if (nvme != nullptr) {
+  if (nvme != nullptr || device != nullptr) {
     metric("strata_tier_free_bytes", "Free bytes in a tier.", "gauge");
-    absl::StrAppend(&out, "strata_tier_free_bytes{tier=\"nvme\"} ", nvme->Stats().free_bytes, "\n");
+    if (device != nullptr) {
+      absl::StrAppend(&out, "strata_tier_free_bytes{tier=\"device\"} ",
+                      device->capacity_bytes() - std::min(device->capacity_bytes(), device->used_bytes()), "\n");
+    }
+    if (nvme != nullptr) absl::StrAppend(&out, "strata_tier_free_bytes{tier=\"nvme\"} ", nvme->Stats().free_bytes, "\n");
+  }
+  if (device != nullptr) {
+    // Admission: what the live jobs' device budgets promise of --device_capacity.
+    metric("strata_device_budgets_bytes", "Sum of the live jobs' device budgets (at most --device_capacity).", "gauge");
+    absl::StrAppend(&out, "strata_device_budgets_bytes ", registry.DeviceBudgetsBytes(), "\n");
   }
   const auto jobs = registry.Jobs();
   struct JobMetric {
@@ -80,6 +101,8 @@ std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, 
        [](const Job&, const JobCounters& c) { return static_cast<double>(c.window_budget_bytes); }},
       {"strata_job_window_resident_bytes", "ZeRO-Infinity: bytes its ranks' windows hold now.", "gauge",
        [](const Job&, const JobCounters& c) { return static_cast<double>(c.window_resident_bytes); }},
+      {"strata_job_device_budget_bytes", "The job's device budget (its share of --device_capacity).", "gauge",
+       [](const Job& j, const JobCounters&) { return static_cast<double>(j.settings().device_budget_bytes); }},
       {"strata_job_grad_spilled_bytes_total", "ZeRO-Infinity: gradients written to NVMe (window full).", "counter",
        [](const Job&, const JobCounters& c) { return static_cast<double>(c.grad_bytes_spilled); }},
   };

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/device_arena.h"
 #include "daemon/job_registry.h"
 #include "daemon/pinned_budget.h"
 #include "strata/v1/strata.pb.h"
@@ -14,12 +15,15 @@
 
 namespace strata {
 
-// `nvme` is null when the daemon has no NVMe tier.
-std::vector<strata::v1::TierStats> CollectTierStats(const ExtentStore* nvme, const PinnedBudget& pinned);
+// `nvme` is null when the daemon has no NVMe tier, `device` without a device
+// tier (--device none).
+std::vector<strata::v1::TierStats> CollectTierStats(const ExtentStore* nvme, const PinnedBudget& pinned,
+                                                    const DeviceArena* device = nullptr);
 
 // Every tier's and every job's gauges and counters, one HELP/TYPE block per
 // metric, jobs labelled by name.
-std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, const PinnedBudget& pinned);
+std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, const PinnedBudget& pinned,
+                          const DeviceArena* device = nullptr);
 
 }  // namespace strata
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,11 +19,14 @@ constexpr int kMaxHandoffsInFlight = 64;
 // "<token>" asks for the exchange region; "<token> doorbell" (clients that
 // saw RegisterTensorsResponse.doorbell_bytes) for the doorbell too.
 constexpr absl::string_view kDoorbellSuffix = " doorbell";
+// "... device": also the emulated device arena (jobs with a device budget).
+constexpr absl::string_view kDeviceSuffix = " device";
 
 }  // namespace
 
-FdHandoffServer::FdHandoffServer(JobRegistry* registry, AdminPolicy* admins, Admit admit, Logger log)
-    : registry_(registry), admins_(admins), admit_(std::move(admit)), log_(std::move(log)) {}
+FdHandoffServer::FdHandoffServer(JobRegistry* registry, AdminPolicy* admins, Admit admit, Logger log,
+                                 const DeviceArena* device)
+    : registry_(registry), admins_(admins), device_(device), admit_(std::move(admit)), log_(std::move(log)) {}
 
 FdHandoffServer::~FdHandoffServer() { Stop(); }
 
@@ -86,6 +90,8 @@ void FdHandoffServer::Serve(UniqueFd connection, const PeerCredentials& peer) {
     return;
   }
   std::string token = message->bytes;
+  const bool wants_device = absl::EndsWith(token, kDeviceSuffix);
+  if (wants_device) token.resize(token.size() - kDeviceSuffix.size());
   const bool wants_doorbell = absl::EndsWith(token, kDoorbellSuffix);
   if (wants_doorbell) token.resize(token.size() - kDoorbellSuffix.size());
   auto session = registry_->RedeemToken(token, Caller{peer.uid, admins_->IsAdmin(peer.uid)});
@@ -98,18 +104,38 @@ void FdHandoffServer::Serve(UniqueFd connection, const PeerCredentials& peer) {
     return;
   }
   const int fd = session->job->ExchangeFdOf(session->rank);
-  const std::string ok = absl::StrCat("OK ", session->job->ExchangeBytesOf(session->rank));
+  std::string reply = absl::StrCat("OK ", session->job->ExchangeBytesOf(session->rank));
+  std::vector<int> fds = {fd};
   if (wants_doorbell) {
     // Without a doorbell the client keeps to gRPC: the reply says so by
     // carrying the region alone.
     auto bell = session->job->OpenDoorbell(session->rank);
     if (bell.ok()) {
-      (void)SendWithFds(connection.get(), absl::StrCat(ok, " ", bell->bytes), {fd, bell->memfd, bell->eventfd});
+      absl::StrAppend(&reply, " ", bell->bytes);
+      fds.push_back(bell->memfd);
+      fds.push_back(bell->eventfd);
+    } else {
+      log_(absl::StrCat("job ", session->job->id(), " rank ", session->rank, ": no doorbell: ",
+                        bell.status().message()));
+    }
+  }
+  if (wants_device) {
+    // Only a job that holds a device budget sees the arena.
+    if (session->job->settings().device_budget_bytes == 0) {
+      (void)SendWithFds(connection.get(), "ERR the job has no device budget: no device arena to map", {});
       return;
     }
-    log_(absl::StrCat("job ", session->job->id(), " rank ", session->rank, ": no doorbell: ", bell.status().message()));
+    if (device_ == nullptr || device_->read_only_fd() < 0) {
+      (void)SendWithFds(connection.get(),
+                        "ERR this daemon's device arena is not shared over the fd socket (none, or CUDA IPC: see "
+                        "AttachRankResponse.device)",
+                        {});
+      return;
+    }
+    absl::StrAppend(&reply, " device ", device_->capacity_bytes());
+    fds.push_back(device_->read_only_fd());
   }
-  (void)SendWithFds(connection.get(), ok, {fd});
+  (void)SendWithFds(connection.get(), reply, fds);
 }
 
 }  // namespace strata

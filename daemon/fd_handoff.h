@@ -3,7 +3,10 @@
 // its attach returned; the reply is "OK <region bytes>" with the exchange
 // region's memfd (SCM_RIGHTS), or, for "<token> doorbell", "OK <region
 // bytes> <page bytes>" with the region, the doorbell page and its eventfd;
-// or "ERR <why>". Each connection is served on its own short-lived thread,
+// or "ERR <why>". A rank of a job with a device budget on a daemon with an
+// emulated device tier may add " device" (after " doorbell", if any): the
+// reply then ends in " device <arena bytes>" and carries, last, a read-only
+// descriptor of the device arena's memfd (daemon/device_arena.h). Each connection is served on its own short-lived thread,
 // so a client that connects and says nothing (each waits at most 5 s)
 // cannot hold up other ranks; at most 64 at once, more are refused.
 //
@@ -25,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/unix_socket.h"
 #include "daemon/caller.h"
+#include "daemon/device_arena.h"
 #include "daemon/job_registry.h"
 
 namespace strata {
@@ -36,8 +40,10 @@ class FdHandoffServer {
   using Admit = std::function<std::optional<PeerCredentials>(int fd)>;
   using Logger = std::function<void(const std::string&)>;
 
-  // Borrowed: `registry` and `admins` outlive the server.
-  FdHandoffServer(JobRegistry* registry, AdminPolicy* admins, Admit admit, Logger log);
+  // Borrowed: `registry`, `admins` and `device` (null: no device tier)
+  // outlive the server.
+  FdHandoffServer(JobRegistry* registry, AdminPolicy* admins, Admit admit, Logger log,
+                  const DeviceArena* device = nullptr);
   ~FdHandoffServer();
 
   // Listens on `path` (created with `mode`, group `group` when not -1) and
@@ -53,6 +59,7 @@ class FdHandoffServer {
 
   JobRegistry* const registry_;
   AdminPolicy* const admins_;
+  const DeviceArena* const device_;
   const Admit admit_;
   const Logger log_;
   std::string path_;

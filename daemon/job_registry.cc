@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/byte_size.h"
 #include "core/random_id.h"
 #include "daemon/job_recovery.h"
+#include "tiers/tier.h"
 
 namespace strata {
 namespace {
@@ -58,6 +60,39 @@ absl::Status JobRegistry::CheckJobCapLocked(uid_t owner) const {
   return absl::OkStatus();
 }
 
+uint64_t JobRegistry::DeviceBudgetsLocked() const {
+  uint64_t sum = 0;
+  // Each budget was admitted below the capacity, so the sum cannot wrap.
+  for (const auto& [name, job] : jobs_) sum += job->settings().device_budget_bytes;
+  return sum;
+}
+
+uint64_t JobRegistry::DeviceBudgetsBytes() const {
+  absl::MutexLock lock(&mu_);
+  return DeviceBudgetsLocked();
+}
+
+absl::Status JobRegistry::CheckDeviceBudgetLocked(const JobSettings& settings) const {
+  const uint64_t want = settings.device_budget_bytes;
+  if (want == 0) return absl::OkStatus();
+  if (services_.device == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", settings.name, "' asks for a device budget of ", FormatBytes(want),
+        " but this daemon has no device tier (started with --device none); start stratad with --device "
+        "auto|cuda|emulated and --device_capacity, or create the job with device_budget_bytes 0"));
+  }
+  const uint64_t capacity = services_.device->capacity_bytes();
+  const uint64_t promised = DeviceBudgetsLocked();
+  const uint64_t free = capacity - std::min(capacity, promised);
+  if (want > free) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job '", settings.name, "': device budget of ", FormatBytes(want), " (", want, " bytes) requested, ",
+        FormatBytes(free), " (", free, " bytes) free of the device tier's --device_capacity ", FormatBytes(capacity),
+        " (", capacity, " bytes; ", FormatBytes(promised), " promised to live jobs)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::pair<std::shared_ptr<Job>, bool>> JobRegistry::CreateJob(JobSettings settings,
                                                                             bool attach_if_exists,
                                                                             const Caller& caller) {
@@ -77,6 +112,7 @@ absl::StatusOr<std::pair<std::shared_ptr<Job>, bool>> JobRegistry::CreateJob(Job
           "); choose another name, delete it, or pass attach_if_exists with the same shape"));
     }
     if (absl::Status s = CheckJobCapLocked(settings.owner_uid); !s.ok()) return s;
+    if (absl::Status s = CheckDeviceBudgetLocked(settings); !s.ok()) return s;
     auto next = NextJobIdLocked();
     if (!next.ok()) return next.status();
     id = *next;
@@ -86,6 +122,8 @@ absl::StatusOr<std::pair<std::shared_ptr<Job>, bool>> JobRegistry::CreateJob(Job
   std::shared_ptr<Job> shared = std::move(*job);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckJobCapLocked(shared->settings().owner_uid); !s.ok()) return s;
+  // Again: another job may have taken the room while this one was built.
+  if (absl::Status s = CheckDeviceBudgetLocked(shared->settings()); !s.ok()) return s;
   auto [it, inserted] = jobs_.emplace(shared->settings().name, shared);
   if (!inserted) {
     return absl::AlreadyExistsError(absl::StrCat("job '", shared->settings().name, "' already exists"));
@@ -102,6 +140,7 @@ absl::Status JobRegistry::AddJob(std::shared_ptr<Job> job) {
     return absl::AlreadyExistsError(absl::StrCat("job '", name, "' already exists; choose another name"));
   }
   if (absl::Status s = CheckJobCapLocked(job->settings().owner_uid); !s.ok()) return s;
+  if (absl::Status s = CheckDeviceBudgetLocked(job->settings()); !s.ok()) return s;
   used_job_ids_.insert(job->id());
   job_last_attached_[job->id()] = clock_->Now();
   jobs_.emplace(name, std::move(job));

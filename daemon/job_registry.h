@@ -4,6 +4,8 @@
 // lease timeout), or when a new session of the same rank replaces it (a
 // restarted trainer). Ending a session drops its pins, never the job's state.
 // A job with no attached rank for longer than the reattach timeout is deleted.
+// Jobs with a device budget are admitted only while the budgets of all live
+// jobs fit the device tier (see CheckDeviceBudgetLocked).
 // Deleting a job (either way) retires it: its NVMe record and shards are
 // removed in one commit, so it stays deleted after a restart.
 //
@@ -65,6 +67,9 @@ class JobRegistry {
   // The jobs `caller` may manage (all of them for an admin).
   std::vector<std::shared_ptr<Job>> JobsOf(const Caller& caller) const;
   uint32_t AttachedRanks(uint64_t job_id) const;
+  // The sum of the live jobs' device budgets: what they hold of the device
+  // tier's capacity (--device_capacity). A deleted job's budget comes back.
+  uint64_t DeviceBudgetsBytes() const;
 
   // A ZeRO-Infinity job whose step failed on an NVMe fault (Job::NeedsReload)
   // is first replaced by a copy restored from its last commit: its old
@@ -103,6 +108,11 @@ class JobRegistry {
   void EndSessionLocked(uint64_t session_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint64_t> NextJobIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckJobCapLocked(uid_t owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Device-budget admission: FailedPrecondition naming --device when the
+  // daemon has no device tier, ResourceExhausted naming requested, free and
+  // capacity when the live jobs' budgets plus this one exceed the tier.
+  absl::Status CheckDeviceBudgetLocked(const JobSettings& settings) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t DeviceBudgetsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // See Attach. Does NVMe I/O; holds only reload_mu_ meanwhile.
   absl::Status ReloadFailedJob(const std::string& name, const std::shared_ptr<Job>& failed)
       ABSL_LOCKS_EXCLUDED(mu_);

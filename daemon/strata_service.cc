@@ -33,6 +33,47 @@ class PendingWait {
   bool admitted_ = false;
 };
 
+// The wire's tier enum, checked: proto3 enums carry any int32, so a value
+// outside the enum is InvalidArgument naming the field.
+absl::StatusOr<TierKind> TierFromProto(int value, absl::string_view field, bool unspecified_ok,
+                                       TierKind unspecified_means) {
+  switch (value) {
+    case strata::v1::TIER_UNSPECIFIED:
+      if (unspecified_ok) return unspecified_means;
+      break;
+    case strata::v1::TIER_DEVICE:
+      return TierKind::kDevice;
+    case strata::v1::TIER_PINNED_HOST:
+      return TierKind::kPinnedHost;
+    case strata::v1::TIER_NVME:
+      return TierKind::kNvme;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": ", value, " is not a tier (TIER_DEVICE=1, TIER_PINNED_HOST=2, TIER_NVME=3)"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": a tier is required"));
+}
+
+strata::v1::Tier TierToProto(TierKind kind) {
+  switch (kind) {
+    case TierKind::kDevice: return strata::v1::TIER_DEVICE;
+    case TierKind::kPinnedHost: return strata::v1::TIER_PINNED_HOST;
+    case TierKind::kNvme: return strata::v1::TIER_NVME;
+  }
+  return strata::v1::TIER_UNSPECIFIED;
+}
+
+// A job name from a request: longer than any name could be is refused
+// before it is looked up (or echoed into an error larger than gRPC's
+// trailer limit).
+absl::Status CheckJobName(const std::string& name, const RequestLimits& limits) {
+  if (name.size() > limits.max_name_length) {
+    return absl::InvalidArgumentError(absl::StrCat("job: a name of ", name.size(),
+                                                   " bytes exceeds max_name_length (", limits.max_name_length, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TooManyWaits(uint32_t cap) {
   return absl::ResourceExhaustedError(
       absl::StrCat("max_pending_waits (", cap, ") blocking calls are already waiting; retry later"));
@@ -74,6 +115,9 @@ grpc::Status StrataService::GetStatus(grpc::ServerContext* context, const strata
   *response->mutable_config() = ctx_.effective_config;
   for (const std::string& c : ctx_.startup_choices) response->add_startup_choices(c);
   response->set_jobs(static_cast<uint32_t>(ctx_.registry->JobsOf(*caller).size()));
+  if (ctx_.tier_stats) {
+    for (auto& t : ctx_.tier_stats()) *response->add_tiers() = t;
+  }
   return grpc::Status::OK;
 }
 
@@ -129,6 +173,20 @@ grpc::Status StrataService::AttachRank(grpc::ServerContext* context, const strat
   response->set_reattached(attached->reattached);
   response->set_registered(attached->job->registered());
   response->set_step(attached->job->next_step());
+  if (ctx_.device != nullptr && attached->job->settings().device_budget_bytes > 0) {
+    // Once per session: how this rank maps the device arena.
+    const DeviceExport& share = ctx_.device->share();
+    auto* device = response->mutable_device();
+    device->set_bytes(ctx_.device->capacity_bytes());
+    if (share.kind == DeviceExport::Kind::kMemfd) {
+      device->set_kind("memfd");
+    } else {
+      device->set_kind("cuda_ipc");
+      device->set_cuda_ipc_handle(share.cuda_ipc_handle);
+      device->set_cuda_offset(share.offset);
+      device->set_device_ordinal(share.device_ordinal);
+    }
+  }
   return grpc::Status::OK;
 }
 
@@ -268,13 +326,42 @@ grpc::Status StrataService::CommitStep(grpc::ServerContext* context, const strat
 }
 
 grpc::Status StrataService::Acquire(grpc::ServerContext* context, const strata::v1::AcquireRequest* request,
-                                    strata::v1::AcquireResponse*) {
+                                    strata::v1::AcquireResponse* response) {
   auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
+  auto tier = TierFromProto(request->tier(), "tier", /*unspecified_ok=*/true, TierKind::kPinnedHost);
+  if (!tier.ok()) return ToGrpcStatus(tier.status());
+  if (*tier == TierKind::kNvme) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "tier: shards are served from TIER_DEVICE or TIER_PINNED_HOST; TIER_NVME is where they live, not where "
+        "a trainer reads them"));
+  }
+  if (*tier == TierKind::kDevice && session->job->settings().device_budget_bytes == 0) {
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "Acquire into TIER_DEVICE: job '", session->job->settings().name,
+        "' has no device budget (create it with device_budget_bytes > 0 on a daemon with a device tier)")));
+  }
+  // Each index names a shard of the rank: more than it has is a wrong call
+  // (the job checks each index; this bounds the work of a hostile list).
+  if (static_cast<uint64_t>(request->indices_size()) > ctx_.limits.max_tensors_per_job) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("indices: ", request->indices_size(),
+                                                                " indices exceed max_tensors_per_job (",
+                                                                ctx_.limits.max_tensors_per_job, ")")));
+  }
   std::vector<uint32_t> indices(request->indices().begin(), request->indices().end());
   PendingWait pending(&pending_waits_, ctx_.limits.max_pending_waits);
   if (!pending.admitted()) return ToGrpcStatus(TooManyWaits(ctx_.limits.max_pending_waits));
-  return ToGrpcStatus(session->job->Acquire(session->rank, indices, CallDeadline(context, absl::Minutes(2))));
+  const absl::Time deadline = CallDeadline(context, absl::Minutes(2));
+  auto places = session->job->AcquireIn(session->rank, indices, *tier, deadline);
+  if (!places.ok()) return ToGrpcStatus(places.status());
+  for (const ShardPlace& p : *places) {
+    auto* out = response->add_places();
+    out->set_index(p.index);
+    out->set_tier(TierToProto(p.tier));
+    out->set_offset(p.offset);
+    out->set_bytes(p.bytes);
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status StrataService::Release(grpc::ServerContext* context, const strata::v1::ReleaseRequest* request,
@@ -290,6 +377,49 @@ grpc::Status StrataService::IterationBoundary(grpc::ServerContext* context, cons
   auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
   return ToGrpcStatus(session->job->IterationBoundary(session->rank));
+}
+
+grpc::Status StrataService::ParkJob(grpc::ServerContext* context, const strata::v1::ParkJobRequest* request,
+                                    strata::v1::ParkJobResponse* response) {
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  auto tier = TierFromProto(request->tier(), "tier", /*unspecified_ok=*/false, TierKind::kNvme);
+  if (!tier.ok()) return ToGrpcStatus(tier.status());
+  if (*tier == TierKind::kDevice) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "tier: a job is parked down to TIER_PINNED_HOST or TIER_NVME (TIER_DEVICE is what parking frees)"));
+  }
+  if (absl::Status s = CheckJobName(request->job(), ctx_.limits); !s.ok()) return ToGrpcStatus(s);
+  // Owner or admin (NotFound / PermissionDenied otherwise, as DeleteJob).
+  auto job = ctx_.registry->FindJob(request->job(), *caller);
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  PendingWait pending(&pending_waits_, ctx_.limits.max_pending_waits);
+  if (!pending.admitted()) return ToGrpcStatus(TooManyWaits(ctx_.limits.max_pending_waits));
+  auto report = (*job)->Park(*tier);
+  if (!report.ok()) return ToGrpcStatus(report.status());
+  response->set_tier(TierToProto(report->tier));
+  response->set_shards(report->shards);
+  response->set_bytes(report->bytes_moved);
+  response->set_seconds(report->seconds);
+  return grpc::Status::OK;
+}
+
+grpc::Status StrataService::ResumeJob(grpc::ServerContext* context, const strata::v1::ResumeJobRequest* request,
+                                      strata::v1::ResumeJobResponse* response) {
+  auto caller = Identify(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  if (absl::Status s = CheckJobName(request->job(), ctx_.limits); !s.ok()) return ToGrpcStatus(s);
+  auto job = ctx_.registry->FindJob(request->job(), *caller);
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  PendingWait pending(&pending_waits_, ctx_.limits.max_pending_waits);
+  if (!pending.admitted()) return ToGrpcStatus(TooManyWaits(ctx_.limits.max_pending_waits));
+  auto report = (*job)->Resume();
+  if (!report.ok()) return ToGrpcStatus(report.status());
+  response->set_tier(TierToProto(report->tier));
+  response->set_shards(report->shards);
+  response->set_bytes(report->bytes_moved);
+  response->set_seconds(report->seconds);
+  return grpc::Status::OK;
 }
 
 grpc::Status StrataService::SaveCheckpoint(grpc::ServerContext* context, const strata::v1::SaveCheckpointRequest* request,
@@ -370,6 +500,13 @@ grpc::Status StrataService::GetStats(grpc::ServerContext* context, const strata:
     pinned->set_stall_s(c.params.stall_s);
     pinned->set_prefetches(c.params.prefetches);
     pinned->set_prefetches_unused(c.params.prefetches_unused);
+    if (job->settings().device_budget_bytes > 0) {
+      // The job's share of the device tier (its budget; what it holds there
+      // now is in the tier-level "device" used bytes).
+      auto* device = js->add_tiers();
+      device->set_tier("device");
+      device->set_budget_bytes(job->settings().device_budget_bytes);
+    }
     if (infinity) {
       auto* nvme = js->add_tiers();
       nvme->set_tier("nvme");

@@ -10,6 +10,7 @@
 
 #include "daemon/caller.h"
 #include "daemon/daemon_config.h"
+#include "daemon/device_arena.h"
 #include "daemon/job_registry.h"
 #include "strata/v1/strata.grpc.pb.h"
 
@@ -30,6 +31,8 @@ struct ServiceContext {
   const CallerResolver* callers = nullptr;  // required
   RequestLimits limits;
   std::string checkpoint_root;  // empty: checkpoints refused
+  // The device tier (nullptr: none), for AttachRank's DeviceArenaShare.
+  const DeviceArena* device = nullptr;
 };
 
 class StrataService final : public strata::v1::Strata::Service {
@@ -71,6 +74,10 @@ class StrataService final : public strata::v1::Strata::Service {
                        strata::v1::ReleaseResponse*) override;
   grpc::Status IterationBoundary(grpc::ServerContext*, const strata::v1::IterationBoundaryRequest*,
                                  strata::v1::IterationBoundaryResponse*) override;
+  grpc::Status ParkJob(grpc::ServerContext*, const strata::v1::ParkJobRequest*,
+                       strata::v1::ParkJobResponse*) override;
+  grpc::Status ResumeJob(grpc::ServerContext*, const strata::v1::ResumeJobRequest*,
+                         strata::v1::ResumeJobResponse*) override;
   grpc::Status SaveCheckpoint(grpc::ServerContext*, const strata::v1::SaveCheckpointRequest*,
                               strata::v1::SaveCheckpointResponse*) override;
   grpc::Status LoadCheckpoint(grpc::ServerContext*, const strata::v1::LoadCheckpointRequest*,

@@ -27,8 +27,8 @@ ABSL_FLAG(std::string, config, "", "config file (protobuf text format or JSON, s
 ABSL_FLAG(std::string, socket, "", "Unix socket of the control plane (overrides socket_path)");
 ABSL_FLAG(std::string, nvme_path, "", "comma-separated NVMe directories (overrides nvme_paths)");
 ABSL_FLAG(std::string, nvme_capacity, "", "space to preallocate per NVMe path, e.g. 64GiB");
-ABSL_FLAG(std::string, device, "", "device tier: auto, cuda or emulated");
-ABSL_FLAG(std::string, device_capacity, "", "device tier budget, e.g. 8GiB");
+ABSL_FLAG(std::string, device, "", "device tier: auto (cuda if a GPU is found, else emulated), cuda, emulated or none");
+ABSL_FLAG(std::string, device_capacity, "", "device arena size, the sum of the jobs' device budgets, e.g. 8GiB (default 1GiB)");
 ABSL_FLAG(std::string, pinned_capacity, "", "pinned host tier capacity, e.g. 32GiB");
 ABSL_FLAG(std::string, io_engine, "", "auto, io_uring, libaio or psync");
 ABSL_FLAG(std::string, io_block_size, "", "I/O block size, e.g. 1MiB");

@@ -175,13 +175,39 @@ absl::Status DaemonBackend::Init(absl::Span<const float> params) {
 absl::Status DaemonBackend::FetchLayer(int layer, absl::Span<float> params) {
   if (options_.mode != TrainMode::kInfinity) return absl::OkStatus();  // params are replicated
   const std::vector<uint32_t> indices = model_.LayerTensors(layer);
-  STRATA_RETURN_IF_ERROR(With(absl::StrCat("acquiring the shards of layer ", layer),
-                              session_->Acquire(indices)));
+  // Where each shard's params are read: the window's param slots, or (with
+  // --device_tier) the places the daemon put them in its device arena.
+  std::vector<const float*> sources;
+  device_copies_.clear();
+  if (options_.device_tier) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<ShardPlace> places,
+                            With(absl::StrCat("acquiring the shards of layer ", layer, " into the device tier"),
+                                 session_->Acquire(indices, TierKind::kDevice)));
+    for (const ShardPlace& place : places) {
+      const ShardView& shard = ShardByIndex(place.index);
+      if (place.tier != TierKind::kDevice || place.bytes < shard.padded_numel * sizeof(float)) {
+        return absl::InternalError(absl::StrCat("the daemon placed shard ", place.index, " in ",
+                                                TierKindName(place.tier), " (", place.bytes, " bytes)"));
+      }
+      // Host bytes of the shard wherever the arena is: the emulated arena's
+      // mapping, or a copy out of GPU memory.
+      device_copies_.emplace_back(shard.padded_numel);
+      std::vector<float>& copy = device_copies_.back();
+      STRATA_RETURN_IF_ERROR(session_->ReadPlaced(
+          place, absl::MakeSpan(reinterpret_cast<std::byte*>(copy.data()), copy.size() * sizeof(float))));
+      sources.push_back(copy.data());
+    }
+  } else {
+    STRATA_RETURN_IF_ERROR(With(absl::StrCat("acquiring the shards of layer ", layer),
+                                session_->Acquire(indices)));
+    for (uint32_t index : indices) sources.push_back(reinterpret_cast<const float*>(ShardByIndex(index).param));
+  }
   std::vector<FlatRun> owned;
   std::vector<FlatRun> wanted;
-  for (uint32_t index : indices) {
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const uint32_t index = indices[i];
     ShardView& shard = ShardByIndex(index);
-    CopyShardToFlat(Fp32Slot(shard.param, shard.padded_numel), shard.ranges, model_.tensors(), params);
+    CopyShardToFlat(absl::MakeConstSpan(sources[i], shard.padded_numel), shard.ranges, model_.tensors(), params);
     for (const FlatRun& run : FlatRunsOf(shard.ranges, model_.tensors())) owned.push_back(run);
     const ModelTensor& tensor = model_.tensors()[index];
     wanted.push_back({tensor.flat_offset, tensor.numel});
@@ -219,7 +245,9 @@ absl::Status DaemonBackend::Step(uint64_t step, absl::Span<const float> grads,
         "scaling and the gradients are finite");
   }
   if (options_.mode == TrainMode::kInfinity) {
-    return With("IterationBoundary", session_->IterationBoundary());
+    STRATA_RETURN_IF_ERROR(With("IterationBoundary", session_->IterationBoundary()));
+    if (options_.park_after_step > 0 && step + 1 == options_.park_after_step) return ParkAndResume();
+    return absl::OkStatus();
   }
   for (ShardView& shard : session_->shards()) {
     CopyShardToFlat(Fp32Slot(shard.param, shard.padded_numel), shard.ranges, model_.tensors(), params);
@@ -227,6 +255,29 @@ absl::Status DaemonBackend::Step(uint64_t step, absl::Span<const float> grads,
   const FlatRun everything{0, params.size()};
   world_->AllGather(rank_, owned_runs_, absl::MakeConstSpan(&everything, 1), params);
   return absl::OkStatus();
+}
+
+absl::Status DaemonBackend::ParkAndResume() {
+  // Every rank has released its pins (the step is done) before the park,
+  // and none acquires again before the resume.
+  world_->Barrier();
+  absl::Status status;
+  if (rank_ == 0) {
+    STRATA_ASSIGN_OR_RETURN(TierKind tier, ParseTierKind(options_.park_tier));
+    absl::StatusOr<ParkResult> parked = client_->ParkJob(options_.job_name, tier);
+    absl::StatusOr<ParkResult> resumed =
+        parked.ok() ? client_->ResumeJob(options_.job_name) : absl::StatusOr<ParkResult>(parked.status());
+    if (parked.ok() && resumed.ok()) {
+      for (const auto& [what, r] : {std::pair{"park", *parked}, std::pair{"resume", *resumed}}) {
+        std::fprintf(stderr, "%s %s: %llu shards %llu bytes %.6f s %.3f GB/s\n", what,
+                     std::string(TierKindName(r.tier)).c_str(), static_cast<unsigned long long>(r.shards),
+                     static_cast<unsigned long long>(r.bytes), r.seconds, r.bytes_per_second() / 1e9);
+      }
+    }
+    status = With("parking and resuming the job", resumed.status());
+  }
+  world_->Barrier();
+  return status;
 }
 
 absl::Status DaemonBackend::Finish() {

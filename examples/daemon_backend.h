@@ -24,6 +24,7 @@
 #define STRATA_EXAMPLES_DAEMON_BACKEND_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -55,6 +56,8 @@ class DaemonBackend final : public ZeroBackend {
   absl::Status Finish() override;
 
  private:
+  // --park_after_step: all ranks wait; rank 0 parks the job and resumes it.
+  absl::Status ParkAndResume();
   DaemonBackend(const TrainOptions& options, const Mlp& model, ShmWorld* world, uint32_t rank,
                 std::unique_ptr<StrataClient> client, std::unique_ptr<RankSession> session);
   // Checks the registered layout against the model and the mode.
@@ -67,6 +70,8 @@ class DaemonBackend final : public ZeroBackend {
   uint32_t rank_;
   std::unique_ptr<StrataClient> client_;
   std::unique_ptr<RankSession> session_;
+  // --device_tier: the host copies of the shards FetchLayer read.
+  std::deque<std::vector<float>> device_copies_;
   std::vector<FlatRun> owned_runs_;  // this rank's partition, all shards
 };
 

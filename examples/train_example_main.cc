@@ -84,7 +84,12 @@ int Main(int argc, char** argv) {
   flags.AddString("nvme_path", &options.nvme_path,
                   "nvme_path written into the infinity DeepSpeed config (default /local_nvme)");
   flags.AddParsed("device_budget", ParseBytes("device_budget", &options.device_budget_bytes),
-                  "the job's device-tier budget, e.g. 64KiB (default: the daemon's)");
+                  "the job's device-tier budget, e.g. 96KiB (default: none)");
+  flags.AddBool("device_tier", &options.device_tier,
+                "infinity: acquire params into the daemon's device tier and read them from its arena");
+  flags.AddParsed("park_after_step", ParseNumber("park_after_step", &options.park_after_step),
+                  "infinity: park the job after this many steps and resume it (default 0: never)");
+  flags.AddString("park_tier", &options.park_tier, "where --park_after_step parks: nvme (default) or pinned_host");
   flags.AddParsed("pinned_budget", ParseBytes("pinned_budget", &options.pinned_budget_bytes),
                   "the job's pinned-host budget (default: the daemon's)");
   flags.AddBool("stats", &options.print_stats,

@@ -40,6 +40,17 @@ absl::Status ValidateTrainOptions(const TrainOptions& options) {
     }
     if (options.job_name.empty()) return absl::InvalidArgumentError("the job name is empty");
   }
+  if ((options.device_tier || options.park_after_step > 0) && options.mode != TrainMode::kInfinity) {
+    return absl::InvalidArgumentError("--device_tier and --park_after_step need --mode infinity");
+  }
+  if (options.device_tier && options.device_budget_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "--device_tier needs --device_budget (the job's share of stratad's --device_capacity), e.g. 96KiB");
+  }
+  if (options.park_after_step > 0 && options.park_tier != "nvme" && options.park_tier != "pinned_host") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--park_tier=", options.park_tier, ": expected nvme or pinned_host"));
+  }
   return absl::OkStatus();
 }
 

@@ -32,8 +32,16 @@ struct TrainOptions {
   std::string socket_path;  // stratad's --socket
   std::string job_name;     // unique among the daemon's live jobs
   std::string nvme_path = "/local_nvme";  // written into the infinity config
-  uint64_t device_budget_bytes = 0;       // 0 = the daemon's default
+  uint64_t device_budget_bytes = 0;       // 0 = none (no device tier for the job)
   uint64_t pinned_budget_bytes = 0;
+  // Infinity: acquire params into the daemon's device tier and read them
+  // from its arena (needs device_budget_bytes > 0).
+  bool device_tier = false;
+  // Infinity: after this step (1-based count of steps done; 0 = never) rank 0
+  // parks the job to park_tier and resumes it, all ranks waiting, and prints
+  // what moved and how long it took to stderr.
+  uint64_t park_after_step = 0;
+  std::string park_tier = "nvme";
   // Rank 0 prints the daemon's stats (tiers, the job's NVMe traffic) to
   // stderr after the last step.
   bool print_stats = false;
@@ -41,7 +49,8 @@ struct TrainOptions {
 
 // InvalidArgument naming the option: no ranks or steps, fewer than two
 // widths or a width < 1, batch_rows < 1, a daemon mode without a socket or
-// job name.
+// job name, --device_tier or a park outside infinity mode or without a
+// device budget.
 absl::Status ValidateTrainOptions(const TrainOptions& options);
 
 }  // namespace strata

@@ -151,6 +151,19 @@ class Raw {
     v1::LoadCheckpointResponse out;
     return Call(&v1::Strata::Stub::LoadCheckpoint, r, &out, 60);
   }
+  grpc::Status Park(const std::string& job) {
+    v1::ParkJobRequest r;
+    r.set_job(job);
+    r.set_tier(v1::TIER_NVME);
+    v1::ParkJobResponse out;
+    return Call(&v1::Strata::Stub::ParkJob, r, &out);
+  }
+  grpc::Status Resume(const std::string& job) {
+    v1::ResumeJobRequest r;
+    r.set_job(job);
+    v1::ResumeJobResponse out;
+    return Call(&v1::Strata::Stub::ResumeJob, r, &out);
+  }
   grpc::Status Noop() {
     v1::NoopResponse out;
     return Call(&v1::Strata::Stub::Noop, v1::NoopRequest(), &out);
@@ -282,6 +295,9 @@ TEST(SecurityTest, OtherUidSide) {
   EXPECT_EQ(other.Drain().error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(other.Save("roots", "stolen").error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(other.Load("roots-ckpt", "mine").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // Parking frees a job's upper tiers: only its owner (or an admin) may.
+  EXPECT_EQ(other.Park("roots").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(other.Resume("roots").error_code(), grpc::StatusCode::PERMISSION_DENIED);
   // The owner's session is not the other uid's to use.
   EXPECT_EQ(other.Heartbeat(session).error_code(), grpc::StatusCode::NOT_FOUND);
   // Its own job works, and is all it sees.

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace strata {
@@ -41,6 +42,22 @@ struct StreamId {
 struct EventId {
   uint64_t value = 0;
   friend bool operator==(EventId, EventId) = default;
+};
+
+// How another process reaches a device buffer (Device::Export): the daemon
+// shares its device arena once with each trainer session.
+struct DeviceExport {
+  enum class Kind : uint8_t { kMemfd, kCudaIpc };
+  Kind kind = Kind::kMemfd;
+  // kMemfd: a memfd holding the allocation's bytes, owned by the device
+  // (valid while the buffer lives); the buffer starts at `offset` in it.
+  int memfd = -1;
+  // kCudaIpc: cudaIpcMemHandle_t of the allocation containing the buffer
+  // (cudaIpcOpenMemHandle in the trainer), the buffer at `offset` in it.
+  std::string cuda_ipc_handle;
+  int device_ordinal = -1;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;  // the buffer's size
 };
 
 struct DeviceInfo {
@@ -80,6 +97,13 @@ class Device {
   // Blocks until `event` completes, then forgets it (each event is waited for
   // once). Returns the first error of the copies it covers.
   virtual absl::Status WaitEvent(EventId event) = 0;
+
+  // A handle another process can map `buffer` by (see DeviceExport).
+  // Unimplemented for a device that cannot share its memory (an emulated
+  // device on heap memory).
+  virtual absl::StatusOr<DeviceExport> Export(DeviceBuffer /*buffer*/) const {
+    return absl::UnimplementedError(absl::StrCat(info().name, ": device memory cannot be shared"));
+  }
 };
 
 }  // namespace strata

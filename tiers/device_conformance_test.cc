@@ -22,6 +22,18 @@ struct EmulatedFactory {
   }
 };
 
+// The daemon's arena (daemon/device_arena.h): memory in a shared memfd.
+struct SharedEmulatedFactory {
+  static absl::StatusOr<std::unique_ptr<Device>> Make(uint64_t capacity) {
+    EmulatedDeviceOptions options;
+    options.capacity_bytes = capacity;
+    options.shared_memory = true;
+    auto d = EmulatedDevice::Create(options);
+    if (!d.ok()) return d.status();
+    return std::unique_ptr<Device>(std::move(*d));
+  }
+};
+
 struct CudaFactory {
   static absl::StatusOr<std::unique_ptr<Device>> Make(uint64_t capacity) {
     CudaDeviceOptions options;
@@ -48,7 +60,7 @@ class DeviceConformanceTest : public ::testing::Test {
   std::unique_ptr<Device> device_;
 };
 
-using Factories = ::testing::Types<EmulatedFactory, CudaFactory>;
+using Factories = ::testing::Types<EmulatedFactory, SharedEmulatedFactory, CudaFactory>;
 TYPED_TEST_SUITE(DeviceConformanceTest, Factories);
 
 TYPED_TEST(DeviceConformanceTest, CopiesRoundTripThroughDeviceMemory) {
@@ -143,6 +155,29 @@ TEST(EmulatedDeviceTest, ModelledCostWithoutAClockIsRejected) {
   EmulatedDeviceOptions options;
   options.bandwidth_bytes_per_second = 1e9;
   EXPECT_EQ(EmulatedDevice::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+
+// The daemon shares its arena with trainers by the IPC handle of the device's
+// one cudaMalloc and the buffer's offset in it (skips without a GPU).
+TEST(CudaDeviceExportTest, ABufferIsExportedAsTheArenasIpcHandleAndItsOffset) {
+  CudaDeviceOptions options;
+  options.arena_bytes = 4 << 20;
+  auto device = NewCudaDevice(options);
+  if (!device.ok()) GTEST_SKIP() << "no CUDA device here: " << device.status();
+  auto first = (*device)->Allocate(1 << 20);
+  auto second = (*device)->Allocate(1 << 20);
+  ASSERT_TRUE(first.ok() && second.ok());
+  auto a = (*device)->Export(*first);
+  auto b = (*device)->Export(*second);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->kind, DeviceExport::Kind::kCudaIpc);
+  EXPECT_EQ(a->cuda_ipc_handle.size(), 64u);  // sizeof(cudaIpcMemHandle_t)
+  EXPECT_EQ(a->cuda_ipc_handle, b->cuda_ipc_handle);
+  EXPECT_EQ(b->offset - a->offset, second->handle - first->handle);
+  EXPECT_EQ(b->bytes, 1u << 20);
+  EXPECT_EQ((*device)->Export(DeviceBuffer{1, 4096}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

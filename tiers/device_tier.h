@@ -48,6 +48,12 @@ class DeviceTier final : public Tier {
   absl::Status Write(const TierSlot& slot, absl::Span<const std::byte> src) override;
   absl::Status Read(const TierSlot& slot, absl::Span<std::byte> dst) override;
 
+  // The one device buffer every slot lies in: a slot's offset_bytes is its
+  // offset in this buffer (what a trainer that mapped the arena reads at).
+  DeviceBuffer arena() const { return arena_; }
+  // How another process maps the arena (Device::Export of arena()).
+  absl::StatusOr<DeviceExport> ExportArena() const { return device_->Export(arena_); }
+
  private:
   DeviceTier(Device* device, const DeviceTierOptions& options, DeviceBuffer arena,
              std::vector<StreamId> streams);

@@ -1,5 +1,9 @@
 #include "tiers/device_tier.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -58,6 +62,57 @@ TEST_F(DeviceTierTest, FullTierIsResourceExhaustedNamingTheShard) {
 TEST_F(DeviceTierTest, ArenaLargerThanTheDeviceFails) {
   auto tier = DeviceTier::Create(device_.get(), {.capacity_bytes = 2 << 20});
   EXPECT_EQ(tier.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+
+// The daemon's arena (daemon/device_arena.h): an emulated device on a shared
+// memfd, whose slot offsets are offsets in that memfd, so another process
+// mapping it reads what the tier wrote.
+TEST(SharedEmulatedDeviceTest, SlotOffsetsAreOffsetsInTheExportedMemfd) {
+  EmulatedDeviceOptions options;
+  options.capacity_bytes = 1 << 20;
+  options.shared_memory = true;
+  auto device = EmulatedDevice::Create(options);
+  ASSERT_TRUE(device.ok());
+  auto tier = DeviceTier::Create(device->get(), {.capacity_bytes = 256 << 10});
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  auto share = (*tier)->ExportArena();
+  ASSERT_TRUE(share.ok()) << share.status();
+  EXPECT_EQ(share->kind, DeviceExport::Kind::kMemfd);
+  EXPECT_EQ(share->offset, 0u);
+  EXPECT_EQ(share->bytes, 256u << 10);
+  ASSERT_GE(share->memfd, 0);
+  // A second mapping of the descriptor, as a trainer makes it.
+  void* view = mmap(nullptr, share->bytes, PROT_READ, MAP_SHARED, share->memfd, 0);
+  ASSERT_NE(view, MAP_FAILED);
+  const auto* bytes = static_cast<const std::byte*>(view);
+  std::vector<TierSlot> slots;
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto slot = (*tier)->Allocate(Key(i), 5000 + i);
+    ASSERT_TRUE(slot.ok());
+    std::vector<std::byte> data(slot->size_bytes, std::byte(0x10 + i));
+    ASSERT_TRUE((*tier)->Write(*slot, data).ok());
+    slots.push_back(*slot);
+  }
+  for (uint32_t i = 0; i < 3; ++i) {
+    std::vector<std::byte> want(slots[i].size_bytes, std::byte(0x10 + i));
+    EXPECT_EQ(std::memcmp(bytes + slots[i].offset_bytes, want.data(), want.size()), 0) << i;
+  }
+  munmap(view, share->bytes);
+}
+
+TEST(SharedEmulatedDeviceTest, HeapMemoryCannotBeExported) {
+  EmulatedDeviceOptions options;
+  options.capacity_bytes = 1 << 20;
+  auto device = EmulatedDevice::Create(options);
+  ASSERT_TRUE(device.ok());
+  auto buffer = (*device)->Allocate(4096);
+  ASSERT_TRUE(buffer.ok());
+  EXPECT_EQ((*device)->Export(*buffer).status().code(), absl::StatusCode::kUnimplemented);
+  options.shared_memory = true;
+  auto shared = EmulatedDevice::Create(options);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ((*shared)->Export(DeviceBuffer{42, 4096}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "tiers/emulated_device.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -23,6 +27,58 @@ absl::StatusOr<std::unique_ptr<EmulatedDevice>> EmulatedDevice::Create(
         "emulated device: a copy bandwidth or latency needs a clock to spend it on");
   }
   return std::unique_ptr<EmulatedDevice>(new EmulatedDevice(options));
+}
+
+absl::StatusOr<EmulatedDevice::Memory> EmulatedDevice::Memory::Make(uint64_t size_bytes, bool shared) {
+  Memory m;
+  m.size_ = size_bytes;
+  if (!shared) {
+    // Value-initialised so reads of never-written device memory are
+    // deterministic (a real GPU gives garbage; tests must not depend on either).
+    m.heap_ = std::make_unique<std::byte[]>(size_bytes);
+    m.data_ = m.heap_.get();
+    return m;
+  }
+  m.fd_ = memfd_create("strata-emulated-device", MFD_CLOEXEC);
+  if (m.fd_ < 0) {
+    return absl::InternalError(absl::StrCat("emulated device: memfd_create failed: ", strerror(errno)));
+  }
+  if (ftruncate(m.fd_, static_cast<off_t>(size_bytes)) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("emulated device: sizing a memfd of ", FormatBytes(size_bytes),
+                                                     " failed: ", strerror(errno)));
+  }
+  void* base = mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd_, 0);
+  if (base == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat("emulated device: mapping a memfd of ", FormatBytes(size_bytes),
+                                                     " failed: ", strerror(errno)));
+  }
+  m.data_ = static_cast<std::byte*>(base);
+  return m;
+}
+
+EmulatedDevice::Memory::Memory(Memory&& other) noexcept { *this = std::move(other); }
+
+EmulatedDevice::Memory& EmulatedDevice::Memory::operator=(Memory&& other) noexcept {
+  if (this == &other) return *this;
+  Reset();
+  heap_ = std::move(other.heap_);
+  data_ = std::exchange(other.data_, nullptr);
+  size_ = std::exchange(other.size_, 0);
+  fd_ = std::exchange(other.fd_, -1);
+  return *this;
+}
+
+EmulatedDevice::Memory::~Memory() { Reset(); }
+
+void EmulatedDevice::Memory::Reset() {
+  if (fd_ >= 0) {
+    if (data_ != nullptr) munmap(data_, size_);
+    close(fd_);
+  }
+  heap_.reset();
+  data_ = nullptr;
+  size_ = 0;
+  fd_ = -1;
 }
 
 EmulatedDevice::EmulatedDevice(const EmulatedDeviceOptions& options)
@@ -49,23 +105,38 @@ absl::StatusOr<DeviceBuffer> EmulatedDevice::Allocate(uint64_t size_bytes) {
         FormatBytes(options_.capacity_bytes - allocated_bytes_), " of ",
         FormatBytes(options_.capacity_bytes), " free"));
   }
-  // Value-initialised so reads of never-written device memory are
-  // deterministic (a real GPU gives garbage; tests must not depend on either).
-  auto memory = std::make_unique<std::byte[]>(size_bytes);
+  absl::StatusOr<Memory> memory = Memory::Make(size_bytes, options_.shared_memory);
+  if (!memory.ok()) return memory.status();
   const uint64_t handle = next_handle_++;
-  buffers_[handle] = std::move(memory);
-  buffer_sizes_[handle] = size_bytes;
+  buffers_.emplace(handle, std::move(*memory));
   allocated_bytes_ += size_bytes;
   return DeviceBuffer{handle, size_bytes};
 }
 
 void EmulatedDevice::Free(DeviceBuffer buffer) {
   absl::MutexLock lock(&mu_);
-  auto it = buffer_sizes_.find(buffer.handle);
-  if (it == buffer_sizes_.end()) return;
-  allocated_bytes_ -= it->second;
-  buffer_sizes_.erase(it);
-  buffers_.erase(buffer.handle);
+  auto it = buffers_.find(buffer.handle);
+  if (it == buffers_.end()) return;
+  allocated_bytes_ -= it->second.size();
+  buffers_.erase(it);
+}
+
+absl::StatusOr<DeviceExport> EmulatedDevice::Export(DeviceBuffer buffer) const {
+  if (!options_.shared_memory) {
+    return absl::UnimplementedError(
+        "emulated device: its memory is heap memory; create it with shared_memory to share a buffer");
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(buffer.handle);
+  if (it == buffers_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("emulated device: unknown buffer ", buffer.handle));
+  }
+  DeviceExport out;
+  out.kind = DeviceExport::Kind::kMemfd;
+  out.memfd = it->second.fd();
+  out.offset = 0;
+  out.bytes = it->second.size();
+  return out;
 }
 
 absl::StatusOr<StreamId> EmulatedDevice::CreateStream() {
@@ -79,17 +150,18 @@ absl::StatusOr<std::byte*> EmulatedDevice::Resolve(DeviceBuffer buffer, uint64_t
     return absl::InvalidArgumentError(
         absl::StrCat("emulated device: unknown stream ", stream.value));
   }
-  auto it = buffer_sizes_.find(buffer.handle);
-  if (it == buffer_sizes_.end()) {
+  auto it = buffers_.find(buffer.handle);
+  if (it == buffers_.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("emulated device: unknown buffer ", buffer.handle));
   }
-  if (offset_bytes > it->second || size_bytes > it->second - offset_bytes) {
+  const uint64_t size = it->second.size();
+  if (offset_bytes > size || size_bytes > size - offset_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "emulated device: copy of ", size_bytes, " bytes at offset ", offset_bytes,
-        " is outside buffer ", buffer.handle, " of ", it->second, " bytes"));
+        " is outside buffer ", buffer.handle, " of ", size, " bytes"));
   }
-  return buffers_[buffer.handle].get() + offset_bytes;
+  return it->second.data() + offset_bytes;
 }
 
 absl::Status EmulatedDevice::Copy(bool to_device, void* host, DeviceBuffer buffer,

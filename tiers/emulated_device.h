@@ -9,6 +9,12 @@
 // FakeClock that advances simulated time exactly, with a RealClock it sleeps.
 // Faults can be injected: the n-th allocation or copy fails.
 //
+// With `shared_memory` each allocation is its own memfd, mapped shared, and
+// Export hands out that memfd: another process (a trainer of the daemon's
+// device arena) maps the same bytes, as it would open a CUDA IPC handle on a
+// GPU. Its pages exist only once written (ftruncate'd, not populated), so a
+// large emulated arena costs only what is stored in it.
+//
 // Thread-safe.
 #ifndef STRATA_TIERS_EMULATED_DEVICE_H_
 #define STRATA_TIERS_EMULATED_DEVICE_H_
@@ -37,6 +43,8 @@ struct EmulatedDeviceOptions {
   // Fault injection: the n-th (1-based) call fails; 0 never.
   uint64_t fail_allocation_number = 0;
   uint64_t fail_copy_number = 0;
+  // Each allocation a memfd that Export shares (see above).
+  bool shared_memory = false;
 };
 
 class EmulatedDevice final : public Device {
@@ -57,11 +65,36 @@ class EmulatedDevice final : public Device {
                           uint64_t size_bytes, StreamId stream) override;
   absl::StatusOr<EventId> RecordEvent(StreamId stream) override;
   absl::Status WaitEvent(EventId event) override;
+  // kMemfd of the buffer's memfd (offset 0); Unimplemented without
+  // shared_memory, InvalidArgument for an unknown buffer.
+  absl::StatusOr<DeviceExport> Export(DeviceBuffer buffer) const override;
 
   // Total modelled copy time so far (zero without a cost model).
   absl::Duration modelled_copy_time() const;
 
  private:
+  // One allocation: heap memory, or a shared memfd mapping.
+  class Memory {
+   public:
+    static absl::StatusOr<Memory> Make(uint64_t size_bytes, bool shared);
+    Memory(Memory&& other) noexcept;
+    Memory& operator=(Memory&& other) noexcept;
+    Memory(const Memory&) = delete;
+    Memory& operator=(const Memory&) = delete;
+    ~Memory();
+    std::byte* data() const { return data_; }
+    uint64_t size() const { return size_; }
+    int fd() const { return fd_; }
+
+   private:
+    Memory() = default;
+    void Reset();
+    std::unique_ptr<std::byte[]> heap_;
+    std::byte* data_ = nullptr;
+    uint64_t size_ = 0;
+    int fd_ = -1;  // shared: the memfd, and data_ its mapping
+  };
+
   explicit EmulatedDevice(const EmulatedDeviceOptions& options);
   // Resolves `buffer` + range to host memory, or InvalidArgument.
   absl::StatusOr<std::byte*> Resolve(DeviceBuffer buffer, uint64_t offset_bytes,
@@ -74,8 +107,7 @@ class EmulatedDevice final : public Device {
   const DeviceInfo info_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::unique_ptr<std::byte[]>> buffers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, uint64_t> buffer_sizes_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Memory> buffers_ ABSL_GUARDED_BY(mu_);
   uint64_t allocated_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   uint32_t streams_ ABSL_GUARDED_BY(mu_) = 0;

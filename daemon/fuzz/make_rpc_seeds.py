@@ -6,7 +6,8 @@ import json, struct, subprocess, sys
 proto_dir, out = sys.argv[1], sys.argv[2]
 RPCS = ["GetStatus","Noop","CreateJob","ListJobs","DeleteJob","AttachRank","Heartbeat","DetachRank",
         "RegisterTensors","InitParams","GradReady","WaitStep","BeginStep","PrepareStep","CommitStep",
-        "Acquire","Release","IterationBoundary","SaveCheckpoint","LoadCheckpoint","GetStats"]
+        "Acquire","Release","IterationBoundary","SaveCheckpoint","LoadCheckpoint","GetStats",
+        "ParkJob","ResumeJob"]
 def enc(rpc, text):
     data = subprocess.run(["protoc", f"--encode=strata.v1.{rpc}Request", "-I", proto_dir, "strata/v1/strata.proto"],
                           input=text.encode(), capture_output=True, check=True).stdout
@@ -53,6 +54,19 @@ seeds = {
    ("CommitStep", 'session_id: 0 step: 0 overflow: true squared_norm: 4'),
    ("WaitStep", 'session_id: 0 step: 0'),
    ("GetStats", "")],
+ "device_park": [
+   ("CreateJob", f'name: "d" world_size: 1 mode: MODE_INFINITY deepspeed_config_json: {ds_inf} param_dtype: "fp32" grad_dtype: "fp32" device_budget_bytes: 65536'),
+   ("CreateJob", f'name: "h" world_size: 1 mode: MODE_INFINITY deepspeed_config_json: {ds_inf} device_budget_bytes: 18446744073709551615'),
+   ("AttachRank", 'job: "d" rank: 0'),
+   ("RegisterTensors", 'session_id: 0 tensors { name: "w" numel: 300 }'),
+   ("InitParams", 'session_id: 0'),
+   ("Acquire", 'session_id: 0 indices: 0 tier: TIER_DEVICE'),
+   ("Acquire", 'session_id: 0 indices: 0 tier: TIER_NVME'),
+   ("Release", 'session_id: 0 indices: 0'),
+   ("ParkJob", 'job: "d" tier: TIER_NVME'),
+   ("ResumeJob", 'job: "d"'),
+   ("ParkJob", 'job: "d" tier: TIER_DEVICE'),
+   ("ResumeJob", 'job: "nope"')],
  "partition": [
    ("CreateJob", f'name: "p" world_size: 2 mode: MODE_OFFLOAD deepspeed_config_json: {ds_off}'),
    ("AttachRank", 'job: "p" rank: 1'),

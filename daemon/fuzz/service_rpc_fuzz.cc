@@ -181,6 +181,8 @@ std::vector<std::function<void(const uint8_t*, size_t, Session*)>>* MakeRpcs(Stu
       Rpc<SaveCheckpointRequest, SaveCheckpointResponse>("SaveCheckpoint", &Stub::SaveCheckpoint, s),  // 18
       Rpc<LoadCheckpointRequest, LoadCheckpointResponse>("LoadCheckpoint", &Stub::LoadCheckpoint, s),  // 19
       Rpc<GetStatsRequest, GetStatsResponse>("GetStats", &Stub::GetStats, s),                      // 20
+      Rpc<ParkJobRequest, ParkJobResponse>("ParkJob", &Stub::ParkJob, s),                          // 21
+      Rpc<ResumeJobRequest, ResumeJobResponse>("ResumeJob", &Stub::ResumeJob, s),                  // 22
   };
 }
 

@@ -71,6 +71,23 @@ struct Slot {
   uint64_t bytes = 0;
 };
 
+// The daemon's emulated device arena as this session mapped it (read-only).
+struct ArenaView {
+  SessionPtr owner;
+  const std::byte* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+py::dict ParkDict(const ParkResult& r) {
+  py::dict d;
+  d["tier"] = std::string(TierKindName(r.tier));
+  d["shards"] = r.shards;
+  d["bytes"] = r.bytes;
+  d["seconds"] = r.seconds;
+  d["gb_per_s"] = r.bytes_per_second() / 1e9;
+  return d;
+}
+
 struct PySession {
   SessionPtr session;
 
@@ -140,6 +157,13 @@ PYBIND11_MODULE(_native, m) {
       .def_buffer([](Slot& s) {
         return py::buffer_info(s.data, 1, py::format_descriptor<uint8_t>::format(), 1,
                                {static_cast<py::ssize_t>(s.bytes)}, {1}, /*readonly=*/false);
+      });
+
+  py::class_<ArenaView>(m, "ArenaView", py::buffer_protocol())
+      .def_property_readonly("nbytes", [](const ArenaView& a) { return a.bytes; })
+      .def_buffer([](ArenaView& a) {
+        return py::buffer_info(const_cast<std::byte*>(a.data), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(a.bytes)}, {1}, /*readonly=*/true);
       });
 
   py::class_<PySession>(m, "Session")
@@ -311,6 +335,41 @@ PYBIND11_MODULE(_native, m) {
           },
           py::arg("indices"))
       .def(
+          "acquire_places",
+          [](PySession& s, const std::vector<uint32_t>& indices, const std::string& tier) {
+            absl::StatusOr<TierKind> kind = ParseTierKind(tier);
+            Check(kind.status());
+            RankSession& session = s.get();
+            absl::StatusOr<std::vector<ShardPlace>> places;
+            {
+              py::gil_scoped_release release;
+              places = session.Acquire(indices, *kind);
+            }
+            py::list out;
+            for (const ShardPlace& p : Take(std::move(places))) {
+              out.append(py::make_tuple(p.index, std::string(TierKindName(p.tier)), p.offset, p.bytes));
+            }
+            return out;
+          },
+          py::arg("indices"), py::arg("tier") = "device",
+          "Acquire into `tier` ('device' or 'pinned_host'): a list of (index, tier, offset, bytes), "
+          "offsets in the device arena (device_arena()) or the shared window.")
+      .def(
+          "device_arena",
+          [](PySession& s) -> py::object {
+            const DeviceArenaView& arena = s.get().device_arena();
+            if (arena.kind != DeviceArenaView::Kind::kMemfd) {
+              Check(s.get().device_error());
+              Raise(absl::FailedPreconditionError(
+                  arena.kind == DeviceArenaView::Kind::kNone
+                      ? "no device arena in this session (a job without a device budget, or no device tier)"
+                      : "the device arena is GPU memory (CUDA IPC); it has no host view"));
+            }
+            return py::cast(ArenaView{s.session, arena.host, arena.bytes});
+          },
+          "The emulated device arena, read-only (buffer protocol): a placed shard is "
+          "arena[offset:offset + bytes].")
+      .def(
           "release",
           [](PySession& s, const std::vector<uint32_t>& indices) {
             RankSession& session = s.get();
@@ -429,6 +488,30 @@ PYBIND11_MODULE(_native, m) {
             return Take(std::move(id));
           },
           py::arg("directory"), py::arg("new_job_name"))
+      .def(
+          "park_job",
+          [](StrataClient& c, const std::string& job, const std::string& tier) {
+            absl::StatusOr<TierKind> kind = ParseTierKind(tier);
+            Check(kind.status());
+            absl::StatusOr<ParkResult> r;
+            {
+              py::gil_scoped_release release;
+              r = c.ParkJob(job, *kind);
+            }
+            return ParkDict(Take(std::move(r)));
+          },
+          py::arg("job"), py::arg("tier") = "nvme")
+      .def(
+          "resume_job",
+          [](StrataClient& c, const std::string& job) {
+            absl::StatusOr<ParkResult> r;
+            {
+              py::gil_scoped_release release;
+              r = c.ResumeJob(job);
+            }
+            return ParkDict(Take(std::move(r)));
+          },
+          py::arg("job"))
       .def("stats_text",
            [](StrataClient& c) {
              absl::StatusOr<std::string> text;

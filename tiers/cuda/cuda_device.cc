@@ -112,6 +112,25 @@ class CudaDevice final : public Device {
     return EventId{id};
   }
 
+  // The IPC handle of the whole cudaMalloc arena (IPC handles name a
+  // cudaMalloc allocation, not a range in it) and the buffer's offset there.
+  absl::StatusOr<DeviceExport> Export(DeviceBuffer buffer) const override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ranges_.contains(buffer.handle)) return absl::InvalidArgumentError("CUDA device: unknown buffer");
+    }
+    STRATA_RETURN_IF_ERROR(CudaToStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    cudaIpcMemHandle_t handle;
+    STRATA_RETURN_IF_ERROR(CudaToStatus(cudaIpcGetMemHandle(&handle, arena_), "cudaIpcGetMemHandle of the arena"));
+    DeviceExport out;
+    out.kind = DeviceExport::Kind::kCudaIpc;
+    out.cuda_ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+    out.device_ordinal = ordinal_;
+    out.offset = buffer.handle - reinterpret_cast<uint64_t>(arena_);
+    out.bytes = buffer.size_bytes;
+    return out;
+  }
+
   absl::Status WaitEvent(EventId event) override {
     cudaEvent_t e;
     {

@@ -32,6 +32,7 @@ params' residency in host memory is bounded by the pinned budget. Both
 register the same partition, so the two give the same bits.
 """
 import os
+import warnings
 import socket as _socket
 import time
 import types
@@ -84,8 +85,8 @@ class _Zero3Optimizer(torch.optim.Optimizer):
 
     def __init__(self, model, params, defaults, *, mode="offload", socket=None, job_name=None,
                  process_group=None, max_norm=0.0, gradient_accumulation_steps=1, persistence_threshold=0,
-                 pinned_budget_bytes=0, nvme_path=None, keep_job=False, rpc_timeout_s=30.0,
-                 step_timeout_s=300.0):
+                 pinned_budget_bytes=0, device_budget_bytes=0, nvme_path=None, keep_job=False,
+                 rpc_timeout_s=30.0, step_timeout_s=300.0):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
@@ -98,9 +99,12 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                              "(offload_param nvme)")
         if gradient_accumulation_steps < 1:
             raise ValueError(f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}")
+        if device_budget_bytes and mode != "infinity":
+            raise ValueError("device_budget_bytes (params served from stratad's device tier) needs mode='infinity'")
         if max_norm is None or max_norm < 0:
             raise ValueError(f"max_norm must be 0 (no clipping) or positive, got {max_norm}")
         self._mode = mode
+        self._device_budget = int(device_budget_bytes)
         self._comm = Comm(process_group)
         self._gas = int(gradient_accumulation_steps)
         self._max_norm = float(max_norm)
@@ -162,12 +166,16 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             import json
             self._client.create_job(self._job, world, mode=mode, deepspeed_config_json=json.dumps(self._job_config()),
                                     param_dtype="fp32", grad_dtype="fp32",
-                                    pinned_budget_bytes=int(pinned_budget_bytes) if mode == "infinity" else 0)
+                                    pinned_budget_bytes=int(pinned_budget_bytes) if mode == "infinity" else 0,
+                                    device_budget_bytes=self._device_budget)
         self._comm.barrier()
         self._session = self._client.attach(self._job, rank)
         names = [(f"p{t}.{'x'.join(str(s) for s in p.shape) or 'scalar'}", p.numel(), self._group_of[t])
                  for t, p in enumerate(self._params)]
         self._session.register_tensors(names, partition)
+        # With a device budget, acquired params are read from stratad's device
+        # arena (mapped once by register_tensors; read-only).
+        self._arena = self._session.device_arena() if self._device_budget else None
         self._step_index = self._session.step
         self._grad_slot, self._param_slot = [None] * len(self._params), [None] * len(self._params)
         for shard in self._session.shards():
@@ -258,6 +266,23 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         self._params[t].data = torch.empty(0, dtype=self._dtype)
         self._gathered[t] = False
 
+    def _acquire(self, indices):
+        """Acquires shards `indices` (infinity) and returns where to read each: {t: tensor} for
+        shards served from the device arena; the others are read from their param slots.
+        Offload mode keeps every param slot current: its Acquire would be a no-op RPC."""
+        if self._mode != "infinity" or not indices:
+            return {}
+        if self._arena is None:
+            self._session.acquire(indices)
+            return {}
+        source = {}
+        with warnings.catch_warnings():
+            # The arena is read-only; these views are only read (copied from).
+            warnings.simplefilter("ignore", UserWarning)
+            for index, _tier, offset, nbytes in self._session.acquire_places(indices, "device"):
+                source[index] = torch.frombuffer(self._arena, dtype=self._dtype, count=nbytes // 4, offset=offset)
+        return source
+
     def _fetch(self, ts):
         """Makes params `ts` whole: this rank's chunks from the daemon, the rest from the other ranks."""
         ts = [t for t in ts if not self._gathered[t]]
@@ -268,12 +293,11 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         if not self._comm.distributed:
             # One rank owns every element: each param is a copy of its slot (one pass, no
             # zeroed staging buffer, no all-gather, no second copy).
-            if self._mode == "infinity" and indices:
-                self._session.acquire(indices)
+            source = self._acquire(indices)
             try:
                 for t in ts:
                     full = torch.empty(self._shape[t], dtype=self._dtype)
-                    offload._copy(full.view(-1), self._param_slot[t][:self._numel[t]])
+                    offload._copy(full.view(-1), source.get(t, self._param_slot[t])[:self._numel[t]])
                     self._params[t].data = full
                     self._gathered[t] = True
             finally:
@@ -281,13 +305,11 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                     self._session.release(indices)
             return
         mine = torch.zeros(total, dtype=self._dtype)
-        if self._mode == "infinity" and indices:
-            # Offload mode keeps every param slot current: its Acquire would be a no-op RPC.
-            self._session.acquire(indices)
+        source = self._acquire(indices)
         try:
             pos = 0
             for t in ts:
-                mine[pos:pos + self._own[t]].copy_(self._param_slot[t][:self._own[t]])
+                mine[pos:pos + self._own[t]].copy_(source.get(t, self._param_slot[t])[:self._own[t]])
                 pos += self._chunk[t]
         finally:
             if self._mode == "infinity" and indices:
@@ -480,6 +502,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         self._patched = []
         self._comm.barrier()
         self._grad_slot, self._param_slot = [], []
+        self._arena = None
         self._session.close()
         self._session = None
         self._comm.barrier()

@@ -1,0 +1,100 @@
+#include "daemon/device_arena.h"
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/byte_size.h"
+#include "core/status_macros.h"
+#include "tiers/cuda_device_factory.h"
+#include "tiers/emulated_device.h"
+
+namespace strata {
+namespace {
+
+// The tier's slot alignment: a page, so a shard in the emulated arena is
+// page-aligned in the trainer's mapping as well (and 256-byte aligned, as
+// CUDA kernels want, on a GPU).
+constexpr uint64_t kSlotAlignment = 4096;
+
+}  // namespace
+
+DeviceArena::~DeviceArena() {
+  tier_.reset();  // frees the arena before the device goes
+  device_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::Create(DeviceChoice choice, uint64_t capacity_bytes,
+                                                                 std::vector<std::string>* choices) {
+  if (choice == DeviceChoice::kNone) {
+    choices->push_back("device tier: off (--device none); jobs with a device budget are refused");
+    return std::unique_ptr<DeviceArena>();
+  }
+  if (capacity_bytes == 0 || capacity_bytes % kSlotAlignment != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("device_capacity: ", capacity_bytes,
+                                                   " bytes is not valid for a device tier; expected a positive "
+                                                   "multiple of 4 KiB (or --device none)"));
+  }
+  std::unique_ptr<DeviceArena> arena(new DeviceArena());
+  std::string why_emulated;
+  if (choice == DeviceChoice::kCuda || choice == DeviceChoice::kAuto) {
+    absl::StatusOr<int> count = CudaDeviceCount();
+    if (count.ok() && *count > 0) {
+      CudaDeviceOptions options;
+      options.arena_bytes = capacity_bytes;
+      absl::StatusOr<std::unique_ptr<Device>> cuda = NewCudaDevice(options);
+      if (!cuda.ok()) {
+        return absl::Status(cuda.status().code(),
+                            absl::StrCat("--device: the CUDA device arena of --device_capacity ",
+                                         FormatBytes(capacity_bytes), ": ", cuda.status().message()));
+      }
+      arena->device_ = std::move(*cuda);
+    } else if (choice == DeviceChoice::kCuda) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--device cuda: no usable GPU (",
+          count.ok() ? std::string("the driver reports 0 devices") : std::string(count.status().message()),
+          "); use --device emulated or auto"));
+    } else {
+      why_emulated = count.ok() ? "the driver reports 0 devices" : std::string(count.status().message());
+    }
+  }
+  if (arena->device_ == nullptr) {
+    EmulatedDeviceOptions options;
+    options.capacity_bytes = capacity_bytes;
+    options.shared_memory = true;  // the arena is a memfd trainers map
+    STRATA_ASSIGN_OR_RETURN(arena->device_, EmulatedDevice::Create(options));
+  }
+  DeviceTierOptions tier_options;
+  tier_options.capacity_bytes = capacity_bytes;
+  tier_options.slot_alignment_bytes = kSlotAlignment;
+  absl::StatusOr<std::unique_ptr<DeviceTier>> tier = DeviceTier::Create(arena->device_.get(), tier_options);
+  if (!tier.ok()) {
+    return absl::Status(tier.status().code(),
+                        absl::StrCat("--device_capacity ", FormatBytes(capacity_bytes), ": ", tier.status().message()));
+  }
+  arena->tier_ = std::move(*tier);
+  STRATA_ASSIGN_OR_RETURN(arena->share_, arena->tier_->ExportArena());
+  if (arena->share_.kind == DeviceExport::Kind::kMemfd) {
+    // A read-only open of the same memfd: what trainers get, so no trainer
+    // can write into shards (its own or another job's) behind the daemon.
+    const std::string path = absl::StrCat("/proc/self/fd/", arena->share_.memfd);
+    arena->read_only_fd_ = UniqueFd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!arena->read_only_fd_.valid()) {
+      return absl::InternalError(
+          absl::StrCat("device tier: reopening the emulated arena read-only (", path, ") failed: ", strerror(errno)));
+    }
+    choices->push_back(absl::StrCat("device tier: emulated, ", FormatBytes(capacity_bytes),
+                                    " memfd arena shared read-only with trainers",
+                                    why_emulated.empty() ? std::string(" (--device emulated)")
+                                                         : absl::StrCat(" (--device auto: no GPU: ", why_emulated, ")")));
+  } else {
+    choices->push_back(absl::StrCat("device tier: ", arena->device_->info().name, ", ", FormatBytes(capacity_bytes),
+                                    " arena shared with trainers by CUDA IPC"));
+  }
+  return arena;
+}
+
+}  // namespace strata

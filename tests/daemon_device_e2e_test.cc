@@ -1,0 +1,268 @@
+// The device tier against a real stratad (issue 10 item 3): --device and
+// --device_capacity are live, device budgets are admitted against the
+// capacity and come back when a job goes, the emulated arena is handed to a
+// job's trainer once per session (read-only), and the new RPCs (Acquire's
+// tier, ParkJob, ResumeJob) refuse what an attacker would try. Raw gRPC stubs
+// send what the client library never would.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "strata/v1/strata.grpc.pb.h"
+#include "tests/daemon_fixture.h"
+#include "tests/infinity_job.h"
+
+namespace strata {
+namespace {
+
+namespace v1 = strata::v1;
+
+class Raw {
+ public:
+  explicit Raw(const std::string& socket)
+      : stub_(v1::Strata::NewStub(
+            grpc::CreateChannel(absl::StrCat("unix:", socket), grpc::InsecureChannelCredentials()))) {}
+
+  template <typename Req, typename Resp, typename Method>
+  grpc::Status Call(Method method, const Req& request, Resp* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return ((*stub_).*method)(&context, request, response);
+  }
+  grpc::Status Park(const std::string& job, int tier, v1::ParkJobResponse* out = nullptr) {
+    v1::ParkJobRequest r;
+    r.set_job(job);
+    r.set_tier(static_cast<v1::Tier>(tier));
+    v1::ParkJobResponse ignored;
+    return Call(&v1::Strata::Stub::ParkJob, r, out != nullptr ? out : &ignored);
+  }
+  grpc::Status Resume(const std::string& job) {
+    v1::ResumeJobRequest r;
+    r.set_job(job);
+    v1::ResumeJobResponse out;
+    return Call(&v1::Strata::Stub::ResumeJob, r, &out);
+  }
+  uint64_t Attach(const std::string& job, uint32_t rank) {
+    v1::AttachRankRequest r;
+    r.set_job(job);
+    r.set_rank(rank);
+    v1::AttachRankResponse out;
+    grpc::Status s = Call(&v1::Strata::Stub::AttachRank, r, &out);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return out.session_id();
+  }
+  grpc::Status Acquire(uint64_t session, std::vector<uint32_t> indices, int tier) {
+    v1::AcquireRequest r;
+    r.set_session_id(session);
+    for (uint32_t i : indices) r.add_indices(i);
+    r.set_tier(static_cast<v1::Tier>(tier));
+    v1::AcquireResponse out;
+    return Call(&v1::Strata::Stub::Acquire, r, &out);
+  }
+
+ private:
+  std::unique_ptr<v1::Strata::Stub> stub_;
+};
+
+// The metrics endpoint's text (GET /metrics on loopback).
+std::string Metrics(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string body;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) body.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return body;
+}
+
+JobSpec DeviceSpec(const std::string& name, uint64_t device_budget) {
+  JobSpec spec = SmallInfinitySpec(name);
+  spec.device_budget_bytes = device_budget;
+  return spec;
+}
+
+uint64_t DeviceCapacity(StrataClient& client, uint64_t* used = nullptr) {
+  auto tiers = client.Tiers();
+  EXPECT_TRUE(tiers.ok()) << tiers.status();
+  if (!tiers.ok()) return 0;
+  for (const TierUsage& t : *tiers) {
+    if (t.tier == "device") {
+      if (used != nullptr) *used = t.used_bytes;
+      return t.capacity_bytes;
+    }
+  }
+  return 0;
+}
+
+TEST(DaemonDeviceTest, ADeviceBudgetWithoutADeviceTierNamesTheFlag) {
+  CleanDaemon daemon(MakeTestDir("device", "none"));
+  ASSERT_TRUE(daemon.Start({"--device", "none"}));
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<uint64_t> job = client->CreateJob(DeviceSpec("wants-device", 64 << 10));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition) << job.status();
+  EXPECT_NE(job.status().message().find("--device"), std::string::npos) << job.status();
+  // No device tier is reported, and a job without a budget still runs.
+  EXPECT_EQ(DeviceCapacity(*client), 0u);
+  EXPECT_TRUE(client->CreateJob(DeviceSpec("no-device", 0)).ok());
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonDeviceTest, BadDeviceSettingsStopTheDaemonAtStartup) {
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--device", "tpu"}, {"--device_capacity", "0"}, {"--device_capacity", "1000"},
+        {"--device_capacity", "-5"}, {"--device_capacity", "99999PiB"}}) {
+    CleanDaemon daemon(MakeTestDir("device", "badflags"));
+    EXPECT_FALSE(daemon.Start(flags)) << flags[0] << " " << flags[1];
+  }
+}
+
+TEST(DaemonDeviceTest, DeviceBudgetsAreAdmittedAgainstTheCapacityAndComeBack) {
+  CleanDaemon daemon(MakeTestDir("device", "budgets"));
+  const int port = 20000 + (getpid() + 7919) % 20000;
+  ASSERT_TRUE(daemon.Start({"--device_capacity", "256KiB", "--metrics_port", std::to_string(port)}));
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(DeviceCapacity(*client), 256u << 10);
+  ASSERT_TRUE(client->CreateJob(DeviceSpec("a", 192 << 10)).ok());
+  // 128 KiB does not fit beside a's 192: the error names the numbers.
+  absl::StatusOr<uint64_t> b = client->CreateJob(DeviceSpec("b", 128 << 10));
+  ASSERT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted) << b.status();
+  for (const char* number : {"131072 bytes", "65536 bytes", "262144 bytes"}) {
+    EXPECT_NE(b.status().message().find(number), std::string::npos) << number << ": " << b.status();
+  }
+  // Hostile sizes: the largest budget, and ones that would wrap a sum.
+  for (uint64_t huge : {std::numeric_limits<uint64_t>::max(), std::numeric_limits<uint64_t>::max() - (64 << 10) + 1,
+                        uint64_t{1} << 63}) {
+    absl::StatusOr<uint64_t> h = client->CreateJob(DeviceSpec("huge", huge));
+    EXPECT_EQ(h.status().code(), absl::StatusCode::kResourceExhausted) << huge << ": " << h.status();
+  }
+  // What is left fits exactly; then nothing more.
+  ASSERT_TRUE(client->CreateJob(DeviceSpec("c", 64 << 10)).ok());
+  EXPECT_EQ(client->CreateJob(DeviceSpec("d", 1)).status().code(), absl::StatusCode::kResourceExhausted);
+  // A deleted job's budget comes back.
+  ASSERT_TRUE(client->DeleteJob("a").ok());
+  EXPECT_TRUE(client->CreateJob(DeviceSpec("b", 128 << 10)).ok());
+  auto stats = client->StatsText();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_NE(stats->find("device       used 0 of 262144 bytes"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("device   budget 131072 B"), std::string::npos) << *stats;
+  const std::string metrics = Metrics(port);
+  for (const char* line : {"strata_tier_capacity_bytes{tier=\"device\"} 262144\n",
+                           "strata_tier_used_bytes{tier=\"device\"} 0\n",
+                           "strata_tier_free_bytes{tier=\"device\"} 262144\n",
+                           "strata_device_budgets_bytes 196608\n",  // b's 128 KiB + c's 64 KiB
+                           "strata_job_device_budget_bytes{job=\"b\"} 131072\n"}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << metrics;
+  }
+  EXPECT_TRUE(daemon.running());
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonDeviceTest, TheEmulatedArenaIsMappedOnceReadOnlyAndOnlyByJobsWithABudget) {
+  CleanDaemon daemon(MakeTestDir("device", "arena"));
+  ASSERT_TRUE(daemon.Start({"--device_capacity", "256KiB"}));
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->CreateJob(DeviceSpec("with", 96 << 10)).ok());
+  ASSERT_TRUE(client->CreateJob(DeviceSpec("without", 0)).ok());
+  const std::vector<TensorDesc> tensors = {{"w", 4096}, {"b", 64}};
+
+  auto with = client->Attach("with", 0);
+  ASSERT_TRUE(with.ok()) << with.status();
+  ASSERT_TRUE((*with)->RegisterTensors(tensors).ok());
+  const DeviceArenaView& arena = (*with)->device_arena();
+  ASSERT_EQ(arena.kind, DeviceArenaView::Kind::kMemfd) << (*with)->device_error();
+  EXPECT_EQ(arena.bytes, 256u << 10);
+  ASSERT_NE(arena.host, nullptr);
+  // Read-only: the descriptor itself is, so even mprotect cannot make the
+  // mapping writable (a trainer cannot write shards behind the daemon).
+  EXPECT_NE(mprotect(const_cast<std::byte*>(arena.host), arena.bytes, PROT_READ | PROT_WRITE), 0);
+  EXPECT_EQ(errno, EACCES);
+  // A place outside the arena is refused, not read.
+  ShardPlace outside{0, TierKind::kDevice, arena.bytes - 8, 16};
+  EXPECT_EQ((*with)->PlacedBytes(outside).status().code(), absl::StatusCode::kOutOfRange);
+  ShardPlace wrap{0, TierKind::kDevice, std::numeric_limits<uint64_t>::max() - 4, 16};
+  EXPECT_EQ((*with)->PlacedBytes(wrap).status().code(), absl::StatusCode::kOutOfRange);
+
+  auto without = client->Attach("without", 0);
+  ASSERT_TRUE(without.ok()) << without.status();
+  ASSERT_TRUE((*without)->RegisterTensors(tensors).ok());
+  EXPECT_EQ((*without)->device_arena().kind, DeviceArenaView::Kind::kNone);
+  // Acquire into the device tier needs a device budget; nvme is not a place
+  // to read from; the window works as before and says where.
+  absl::StatusOr<std::vector<ShardPlace>> device = (*without)->Acquire({0}, TierKind::kDevice);
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kFailedPrecondition) << device.status();
+  EXPECT_NE(device.status().message().find("no device budget"), std::string::npos) << device.status();
+  EXPECT_EQ((*without)->Acquire({0}, TierKind::kNvme).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(daemon.running());
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonDeviceTest, HostileTiersAndJobsAreRefusedNamingTheProblem) {
+  CleanDaemon daemon(MakeTestDir("device", "hostile"));
+  ASSERT_TRUE(daemon.Start({"--device_capacity", "256KiB"}));
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->CreateJob(DeviceSpec("job", 96 << 10)).ok());
+  auto rank = client->Attach("job", 0);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  ASSERT_TRUE((*rank)->RegisterTensors({{"w", 4096}}).ok());
+  Raw raw(daemon.socket());
+  // Tier values outside the enum (proto3 carries any int32).
+  const uint64_t session = raw.Attach("job", 1);
+  ASSERT_NE(session, 0u);
+  for (int tier : {-1, 4, 99, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()}) {
+    grpc::Status a = raw.Acquire(session, {0}, tier);
+    EXPECT_EQ(a.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << tier << ": " << a.error_message();
+    EXPECT_NE(a.error_message().find("tier"), std::string::npos) << a.error_message();
+    grpc::Status p = raw.Park("job", tier);
+    EXPECT_EQ(p.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << tier << ": " << p.error_message();
+    EXPECT_NE(p.error_message().find("tier"), std::string::npos) << p.error_message();
+  }
+  // An unknown (or another uid's) session is refused before anything is read.
+  EXPECT_EQ(raw.Acquire(session + 1, {0}, v1::TIER_DEVICE).error_code(), grpc::StatusCode::NOT_FOUND);
+  // A hostile index list: longer than any job's tensor count.
+  std::vector<uint32_t> many(65537, 0);
+  grpc::Status too_many = raw.Acquire(session, many, v1::TIER_DEVICE);
+  EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << too_many.error_message();
+  // Park needs a tier below the device: none given, or the device itself.
+  EXPECT_EQ(raw.Park("job", v1::TIER_UNSPECIFIED).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(raw.Park("job", v1::TIER_DEVICE).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Unknown jobs, and names no job can have.
+  for (const std::string& name : {std::string("nope"), std::string(""), std::string("job\0x", 5)}) {
+    EXPECT_EQ(raw.Park(name, v1::TIER_NVME).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(raw.Resume(name).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // A name longer than any job's is refused before the lookup, naming the cap.
+  const std::string long_name(1 << 16, 'x');
+  grpc::Status p = raw.Park(long_name, v1::TIER_NVME);
+  EXPECT_EQ(p.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(p.error_message().find("max_name_length"), std::string::npos) << p.error_message();
+  EXPECT_EQ(raw.Resume(long_name).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(daemon.running());
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace strata
