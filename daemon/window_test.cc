@@ -7,11 +7,13 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/grad_spill.h"
 #include "daemon/param_cache.h"
 #include "gtest/gtest.h"
 #include "swap/extent_store.h"
 #include "swap/io_engine.h"
+#include "swap/testing/fault_plan.h"
 #include "swap/testing/test_dir.h"
 #include "tiers/pinned_arena.h"
 #include "tiers/transfer_executor.h"
@@ -108,7 +110,7 @@ TEST_F(WindowTest, EvictedParamSlotsGiveTheirMemoryBackAndComeBackBitForBit) {
 TEST_F(WindowTest, SpilledGradientsComeBackBitIdenticalInStepOrder) {
   auto spill = GradSpill::Create(kJob, store_.get(), 3 * kPage);
   ASSERT_TRUE(spill.ok()) << spill.status();
-  EXPECT_EQ((*spill)->staging_bytes(), 6 * kPage);
+  EXPECT_EQ((*spill)->staging_bytes(), 12 * kPage);  // two read-back and two write buffers
   // Slots of different sizes; slot memory is page-aligned, as in a region.
   const uint64_t sizes[] = {3 * kPage, kPage, 2 * kPage, 3 * kPage};
   std::vector<std::vector<std::byte>> grads;
@@ -142,6 +144,48 @@ TEST_F(WindowTest, SpilledGradientsComeBackBitIdenticalInStepOrder) {
   (*spill)->DeleteAll();
   ASSERT_TRUE(store_->Commit(kJob).ok());
   for (uint32_t i = 0; i < 4; ++i) EXPECT_FALSE(store_->Contains(GradSpill::Key(kJob, i % 2, i))) << i;
+}
+
+// The spill write is asynchronous: a failed one is reported by the next
+// Spill, or by the step's read-back, never lost.
+TEST_F(WindowTest, AFailedSpillWriteFailsTheNextSpillAndTheReadBack) {
+  auto dir = TestDir::Create("window-faults");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  auto plan = ParseFaultPlan(absl::StrCat("tag=", kJob, ",op=write,kind=eio,after=1,run=1000"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  FaultPlanEngines faults(*plan);
+  auto inner = NewPsyncEngine({});
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  std::unique_ptr<IoEngine> engine = faults.Wrap(std::move(*inner));
+  ExtentStoreOptions options;
+  options.paths = {dir->path()};
+  options.capacity_bytes_per_path = 16 << 20;
+  options.sync_policy = SyncPolicy::kNever;
+  options.allow_buffered_fallback = true;
+  auto store = ExtentStore::Open(options, engine.get());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto buffer = AlignedBuffer::Allocate(kPage, kPage);
+  ASSERT_TRUE(buffer.ok());
+  {
+    auto spill = GradSpill::Create(kJob, store->get(), kPage);
+    ASSERT_TRUE(spill.ok()) << spill.status();
+    EXPECT_TRUE((*spill)->Spill(0, 0, absl::Span<const std::byte>(buffer->data(), kPage)).ok());  // started
+    absl::Status next = (*spill)->Spill(0, 1, absl::Span<const std::byte>(buffer->data(), kPage));
+    EXPECT_FALSE(next.ok());
+    EXPECT_NE(next.message().find("spilling the gradient of shard 0 of rank 0"), std::string::npos) << next;
+  }
+  {
+    auto spill = GradSpill::Create(kJob, store->get(), kPage);
+    ASSERT_TRUE(spill.ok()) << spill.status();
+    EXPECT_TRUE((*spill)->Spill(0, 2, absl::Span<const std::byte>(buffer->data(), kPage)).ok());
+    (*spill)->BeginReadback({{ShardId{0, 2}, kPage}});
+    auto got = (*spill)->Next(ShardId{0, 2});
+    EXPECT_FALSE(got.ok());
+    EXPECT_NE(got.status().message().find("shard 2"), std::string::npos) << got.status();
+    (*spill)->EndReadback();
+    (*spill)->DeleteAll();
+  }
+  EXPECT_NE(faults.Summary().find("eio"), std::string::npos) << faults.Summary();
 }
 
 }  // namespace

@@ -35,7 +35,9 @@ namespace strata {
 class WindowTier final : public Tier {
  public:
   // Where shard (rank, index) of a job lives: its slot's memory, its offset
-  // in the rank's window, and the slot's length (page-padded).
+  // in the rank's window when the job gives it (TierSlot::offset_bytes;
+  // trainers find their slots by the job's layout, not by this), and the
+  // slot's length (page-padded).
   struct WindowSlot {
     std::byte* data = nullptr;
     uint64_t offset = 0;
