@@ -357,7 +357,7 @@ std::vector<OptimizerHyperparams> Job::HyperparamsLocked() const {
   return barrier_.Hyperparams(num_groups_, settings_.optimizer);
 }
 
-absl::Status Job::BeginStep(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups) {
+absl::Status Job::BeginStep(uint64_t step, const std::vector<GroupHyperparams>& groups) {
   absl::MutexLock lock(&mu_);
   if (!registered_) return absl::FailedPreconditionError("BeginStep before RegisterTensors");
   return barrier_.Begin(step, groups, num_groups_, settings_.optimizer);

@@ -39,7 +39,7 @@ std::vector<ShardLayout> Shards(uint32_t count, uint64_t numel) {
 
 TEST(StepPipelineTest, TheModeChoosesThePipeline) {
   JobSettings settings;
-  settings.mode = strata::v1::MODE_OFFLOAD;
+  settings.mode = JobMode::kOffload;
   JobServices services;
   auto offload = MakeStepPipeline(1, settings, services);
   ASSERT_TRUE(offload.ok()) << offload.status();
@@ -51,7 +51,7 @@ TEST(StepPipelineTest, TheModeChoosesThePipeline) {
   ASSERT_TRUE(clipped.ok());
   EXPECT_FALSE((*clipped)->early_apply());  // the update waits for every rank's norm
 
-  settings.mode = strata::v1::MODE_INFINITY;
+  settings.mode = JobMode::kInfinity;
   auto refused = MakeStepPipeline(1, settings, services);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("--nvme_path"), std::string::npos) << refused.status();
