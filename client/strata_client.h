@@ -98,6 +98,10 @@ struct JobSummary {
   uint32_t attached_ranks = 0;
   uint64_t step = 0;
   double loss_scale = 0;
+  // ZeRO-Infinity (0 otherwise): the daemon's NVMe staging tile for the job's
+  // states and the pinned staging it holds (JobInfo).
+  uint64_t nvme_tile_bytes = 0;
+  uint64_t nvme_staging_bytes = 0;
 };
 
 struct TensorDesc {

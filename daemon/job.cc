@@ -108,6 +108,7 @@ JobCounters Job::counters() const {
       if (pipeline_->windowed() && r.built) c.window_resident_bytes += r.exchange.ResidentBytes().value_or(0);
     }
     pipeline_->CountLocked(mu_, c);
+    if (states_ != nullptr) c.staging = states_->staging();
   }
   c.params = pipeline_->param_stats();
   return c;

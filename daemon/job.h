@@ -67,6 +67,8 @@ struct JobCounters {
   // Infinity: the window's budget and what its ranks' regions hold now.
   uint64_t window_budget_bytes = 0;
   uint64_t window_resident_bytes = 0;
+  // The state store's staging (Infinity: the NVMe tile and its pinned buffers).
+  StateStaging staging;
 };
 
 // Where an acquired param shard sits now, for the trainer: its tier and its

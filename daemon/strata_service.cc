@@ -61,6 +61,9 @@ void StrataService::FillJobInfo(const Job& job, strata::v1::JobInfo* info) const
   info->set_attached_ranks(ctx_.registry->AttachedRanks(job.id()));
   info->set_step(job.next_step());
   info->set_params(job.params());
+  const StateStaging staging = job.counters().staging;
+  info->set_nvme_tile_bytes(staging.tile_bytes);
+  info->set_nvme_staging_bytes(staging.bytes);
   info->set_loss_scale(job.loss_scale());
   info->set_skipped_steps(job.counters().steps_skipped);
 }
