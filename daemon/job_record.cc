@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/job_proto.h"
-#include "google/protobuf/util/json_util.h"
+#include "daemon/job_request_json.h"
 #include "nlohmann/json.hpp"
 
 namespace strata {
@@ -13,7 +13,7 @@ namespace {
 
 // A record nests four levels (partitions: ranks, shards, ranges, a range);
 // settings hold a DeepSpeed config as a string. Deeper input is refused
-// before anything recursive (dump, the protobuf JSON reader) sees it.
+// before anything recursive (nlohmann's parser and dump) sees it.
 constexpr int kMaxRecordDepth = 32;
 
 // The deepest [ / { nesting of `text`, outside strings; stops counting past `cap`.
@@ -66,11 +66,9 @@ double Real(const nlohmann::json& value, const char* field) {
 std::string SerializeJobRecord(const JobRecord& record, const std::string& format) {
   nlohmann::json r;
   if (!format.empty()) r["format"] = format;
-  // "settings" keeps the form it always had: CreateJobRequest's proto3 JSON
-  // (camelCase keys, defaults left out), so old records and old daemons agree.
-  std::string settings_json;
-  (void)google::protobuf::util::MessageToJsonString(JobRequestToProto(record.settings), &settings_json);
-  r["settings"] = nlohmann::json::parse(settings_json);
+  // "settings" keeps the form it always had (daemon/job_request_json.h), so
+  // old records and old daemons agree.
+  r["settings"] = JobRequestToJson(record.settings);
   r["tensors"] = nlohmann::json::array();
   for (size_t i = 0; i < record.tensors.size(); ++i) {
     const TensorSpec& t = record.tensors[i];
@@ -133,11 +131,11 @@ absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::str
   // nlohmann reports missing or mistyped fields by exception; it stays here.
   try {
     JobRecord record;
-    strata::v1::CreateJobRequest settings;
-    if (!google::protobuf::util::JsonStringToMessage(r.at("settings").dump(), &settings).ok()) {
-      return absl::DataLossError(absl::StrCat(what, " has unreadable job settings"));
+    absl::StatusOr<JobRequest> settings = JobRequestFromJson(r.at("settings"));
+    if (!settings.ok()) {
+      return absl::DataLossError(absl::StrCat(what, " has unreadable job settings: ", settings.status().message()));
     }
-    record.settings = JobRequestFromProto(settings);
+    record.settings = std::move(*settings);
     for (const auto& t : r.at("tensors")) {
       record.tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(record.tensors.size())),
                                           t.at("name").get<std::string>(), Whole<uint64_t>(t.at("numel"), "numel")});
