@@ -33,7 +33,6 @@ namespace strata {
 namespace {
 
 constexpr uint64_t kAlignElements = 2048;             // ZeRO partition alignment (4 KiB / 2 bytes)
-constexpr uint64_t kDaemonTileBytes = 64ull << 20;    // stratad's NVMe staging tile per stream
 constexpr double kInfinityTarget = 1.10;              // step <= 1.1 x max(parts) (issue 10)
 constexpr uint64_t kTargetParams = 200000000;
 constexpr double kLr = 0.001, kWeightDecay = 0.01;
@@ -125,6 +124,8 @@ class OffloadBench {
   absl::Status Prepare();
   absl::StatusOr<ModeResult> RunMode(JobMode mode);
   absl::StatusOr<double> DaemonStep(RankSession& rank, uint64_t step);
+  // The daemon's word on job `name` (ListJobs).
+  absl::StatusOr<JobSummary> FindJob(const std::string& name);
   // One --params size: a fresh private daemon (so its peak RSS is this size's), each mode, then it stops.
   absl::Status RunSize(uint64_t params);
   void Report() const;
@@ -210,6 +211,14 @@ absl::StatusOr<double> OffloadBench::DaemonStep(RankSession& rank, uint64_t step
   return seconds;
 }
 
+absl::StatusOr<JobSummary> OffloadBench::FindJob(const std::string& name) {
+  STRATA_ASSIGN_OR_RETURN(std::vector<JobSummary> jobs, client_->ListJobs());
+  for (JobSummary& j : jobs) {
+    if (j.name == name) return std::move(j);
+  }
+  return absl::NotFoundError(absl::StrCat("job '", name, "' is not in the daemon's list"));
+}
+
 absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   ModeResult r;
   r.mode = mode;
@@ -270,22 +279,27 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   t = MonotonicNanos();
   STRATA_RETURN_IF_ERROR(rank->InitParams());
   r.init_s = static_cast<double>(MonotonicNanos() - t) / 1e9;
+  // The layout is the daemon's: its shards (the session's view) and, in
+  // infinity mode, the NVMe staging tile and the staging it holds, as the
+  // job reports them (JobInfo), not re-derived here.
+  STRATA_ASSIGN_OR_RETURN(const JobSummary job, FindJob(spec.name));
   StepShape shape;
   for (const ShardView& shard : rank->shards()) shape.shard_elements.push_back(shard.padded_numel);
-  shape.tile_elements = mode == JobMode::kInfinity ? std::max<uint64_t>(kDaemonTileBytes / 4 / 1024 * 1024, 1024) : 0;
   r.shards = static_cast<uint32_t>(shape.shard_elements.size());
   if (mode == JobMode::kInfinity) {
-    // NvmeShardStateStore's staging: 3 sets x streams (AdamW: 3) x min(tile, largest shard) x 4 bytes.
-    r.staging = 3 * 3 * std::min<uint64_t>(shape.tile_elements, RoundUp(largest, 1024)) * 4;
+    if (job.nvme_tile_bytes < 4 || job.nvme_tile_bytes % 4 != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the daemon reports an NVMe tile of ", job.nvme_tile_bytes,
+          " bytes for an infinity job; a stratad that exports its staging layout is needed"));
+    }
+    shape.tile_elements = job.nvme_tile_bytes / 4;  // fp32 states
+    r.staging = job.nvme_staging_bytes;
   }
 
   STRATA_ASSIGN_OR_RETURN(r.warmup_s, DaemonStep(*rank, 0));
   // The gradient scale the daemon applied: 1 / loss scale (no clipping here).
-  STRATA_ASSIGN_OR_RETURN(std::vector<JobSummary> jobs, client_->ListJobs());
-  double loss_scale = 1.0;
-  for (const JobSummary& j : jobs) {
-    if (j.name == spec.name) loss_scale = j.loss_scale;
-  }
+  STRATA_ASSIGN_OR_RETURN(const JobSummary stepped, FindJob(spec.name));
+  const double loss_scale = stepped.loss_scale;
   std::printf("  register %.2f s, init params %.2f s, warm-up step %.2f s; preparing the parts...\n", r.register_s,
               r.init_s, r.warmup_s);
   std::fflush(stdout);

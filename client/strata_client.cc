@@ -143,7 +143,8 @@ absl::StatusOr<std::vector<JobSummary>> StrataClient::ListJobs() {
   if (!s.ok()) return s;
   std::vector<JobSummary> out;
   for (const auto& j : response.jobs()) {
-    out.push_back(JobSummary{j.job_id(), j.name(), j.world_size(), j.attached_ranks(), j.step(), j.loss_scale()});
+    out.push_back(JobSummary{j.job_id(), j.name(), j.world_size(), j.attached_ranks(), j.step(), j.loss_scale(),
+                             j.nvme_tile_bytes(), j.nvme_staging_bytes()});
   }
   return out;
 }

@@ -55,6 +55,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/dtype.h"
+#include "core/group_hyperparams.h"
+#include "core/job_mode.h"
 #include "core/tier_kind.h"
 #include "core/zero_partition.h"
 
@@ -68,8 +70,6 @@ struct ClientOptions {
   // when it offers one (docs/DAEMON.md); false keeps every call on gRPC.
   bool use_doorbell = true;
 };
-
-enum class JobMode : uint8_t { kOffload = 1, kInfinity = 2 };
 
 struct OptimizerOverride {
   std::string type;  // "" = take the DeepSpeed config's optimizer
@@ -108,6 +108,10 @@ struct JobSummary {
   uint32_t attached_ranks = 0;
   uint64_t step = 0;
   double loss_scale = 0;
+  // ZeRO-Infinity (0 otherwise): the daemon's NVMe staging tile for the job's
+  // states and the pinned staging it holds (JobInfo).
+  uint64_t nvme_tile_bytes = 0;
+  uint64_t nvme_staging_bytes = 0;
 };
 
 struct TensorDesc {
@@ -116,11 +120,8 @@ struct TensorDesc {
   uint32_t group = 0;  // param group: BeginStep's index for this tensor
 };
 
-// One param group's hyperparameters for one step (BeginStep). Every value is
-// used as given: fill all that the job's optimizer kind reads.
-struct GroupHyperparams {
-  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, lr_decay = 0;
-};
+// One param group's hyperparameters for one step (BeginStep):
+// GroupHyperparams, core/group_hyperparams.h.
 
 // One shard this rank exchanges with the daemon. `ranges` say which tensor
 // elements sit where in the shard (element offsets); `grad` and `param` point

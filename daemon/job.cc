@@ -111,6 +111,7 @@ JobCounters Job::counters() const {
       if (pipeline_->windowed() && r.built) c.window_resident_bytes += r.exchange.ResidentBytes().value_or(0);
     }
     pipeline_->CountLocked(mu_, c);
+    if (states_ != nullptr) c.staging = states_->staging();
   }
   c.params = pipeline_->param_stats();
   return c;
@@ -360,7 +361,7 @@ std::vector<OptimizerHyperparams> Job::HyperparamsLocked() const {
   return barrier_.Hyperparams(num_groups_, settings_.optimizer);
 }
 
-absl::Status Job::BeginStep(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups) {
+absl::Status Job::BeginStep(uint64_t step, const std::vector<GroupHyperparams>& groups) {
   absl::MutexLock lock(&mu_);
   if (!registered_) return absl::FailedPreconditionError("BeginStep before RegisterTensors");
   return barrier_.Begin(step, groups, num_groups_, settings_.optimizer);

@@ -68,6 +68,8 @@ struct JobCounters {
   // Infinity: the window's budget and what its ranks' regions hold now.
   uint64_t window_budget_bytes = 0;
   uint64_t window_resident_bytes = 0;
+  // The state store's staging (Infinity: the NVMe tile and its pinned buffers).
+  StateStaging staging;
 };
 
 // Where an acquired param shard sits now, for the trainer: its tier and its
@@ -165,7 +167,7 @@ class Job {
   // group and field). FailedPrecondition after the step's first GradReady or
   // for a step that is not the open one; InvalidArgument when `groups` does
   // not cover every registered group or a value is out of range.
-  absl::Status BeginStep(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups);
+  absl::Status BeginStep(uint64_t step, const std::vector<GroupHyperparams>& groups);
   // external_step_agreement only: waits (until `deadline`) for every local
   // rank's gradients of `step`, and returns this daemon's overflow flag and
   // squared norm (ranks summed pairwise in rank order, shards in order).
@@ -319,7 +321,6 @@ class Job {
                            const std::function<absl::StatusOr<const std::byte*>(const ShardId&)>& grad_source =
                                nullptr);
   uint64_t ParamSlotBytes(const ExchangeSlot& slot) const { return slot_dtypes_.ParamSlotBytes(slot); }
-  uint64_t GradSlotBytes(const ExchangeSlot& slot) const { return slot_dtypes_.GradSlotBytes(slot); }
 
   const uint64_t id_;
   const JobSettings settings_;

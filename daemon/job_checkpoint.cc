@@ -244,7 +244,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(
   STRATA_RETURN_IF_ERROR(ReadAll(manifest_fd->get(), text.data(), text.size(), manifest_path));
   STRATA_ASSIGN_OR_RETURN(JobRecord record, ParseJobRecord(text, manifest_path, kFormat));
   STRATA_RETURN_IF_ERROR(may_load(record.owner_uid));
-  if (!new_name.empty()) record.settings.set_name(new_name);
+  if (!new_name.empty()) record.settings.name = new_name;
   STRATA_ASSIGN_OR_RETURN(JobSettings settings, ResolveJobSettings(record.settings));
   settings.owner_uid = new_owner;
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(id, std::move(settings), services));

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/util/json_util.h"
+#include "daemon/job_request_json.h"
 #include "nlohmann/json.hpp"
 
 namespace strata {
@@ -12,7 +13,7 @@ namespace {
 
 // A record nests four levels (partitions: ranks, shards, ranges, a range);
 // settings hold a DeepSpeed config as a string. Deeper input is refused
-// before anything recursive (dump, the protobuf JSON reader) sees it.
+// before anything recursive (nlohmann's parser and dump) sees it.
 constexpr int kMaxRecordDepth = 32;
 
 // The deepest [ / { nesting of `text`, outside strings; stops counting past `cap`.
@@ -65,9 +66,9 @@ double Real(const nlohmann::json& value, const char* field) {
 std::string SerializeJobRecord(const JobRecord& record, const std::string& format) {
   nlohmann::json r;
   if (!format.empty()) r["format"] = format;
-  std::string settings_json;
-  (void)google::protobuf::util::MessageToJsonString(record.settings, &settings_json);
-  r["settings"] = nlohmann::json::parse(settings_json);
+  // "settings" keeps the form it always had (daemon/job_request_json.h), so
+  // old records and old daemons agree.
+  r["settings"] = JobRequestToJson(record.settings);
   r["tensors"] = nlohmann::json::array();
   for (size_t i = 0; i < record.tensors.size(); ++i) {
     const TensorSpec& t = record.tensors[i];
@@ -77,13 +78,13 @@ std::string SerializeJobRecord(const JobRecord& record, const std::string& forma
   }
   if (!record.group_hyperparams.empty()) {
     r["group_hyperparams"] = nlohmann::json::array();
-    for (const strata::v1::GroupHyperparams& g : record.group_hyperparams) {
-      r["group_hyperparams"].push_back({{"lr", g.lr()},
-                                        {"beta1", g.beta1()},
-                                        {"beta2", g.beta2()},
-                                        {"eps", g.eps()},
-                                        {"weight_decay", g.weight_decay()},
-                                        {"lr_decay", g.lr_decay()}});
+    for (const GroupHyperparams& g : record.group_hyperparams) {
+      r["group_hyperparams"].push_back({{"lr", g.lr},
+                                        {"beta1", g.beta1},
+                                        {"beta2", g.beta2},
+                                        {"eps", g.eps},
+                                        {"weight_decay", g.weight_decay},
+                                        {"lr_decay", g.lr_decay}});
     }
   }
   if (!record.partitions.empty()) {
@@ -130,9 +131,11 @@ absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::str
   // nlohmann reports missing or mistyped fields by exception; it stays here.
   try {
     JobRecord record;
-    if (!google::protobuf::util::JsonStringToMessage(r.at("settings").dump(), &record.settings).ok()) {
-      return absl::DataLossError(absl::StrCat(what, " has unreadable job settings"));
+    absl::StatusOr<JobRequest> settings = JobRequestFromJson(r.at("settings"));
+    if (!settings.ok()) {
+      return absl::DataLossError(absl::StrCat(what, " has unreadable job settings: ", settings.status().message()));
     }
+    record.settings = std::move(*settings);
     for (const auto& t : r.at("tensors")) {
       record.tensors.push_back(TensorSpec{TensorId(static_cast<uint32_t>(record.tensors.size())),
                                           t.at("name").get<std::string>(), Whole<uint64_t>(t.at("numel"), "numel")});
@@ -141,13 +144,13 @@ absl::StatusOr<JobRecord> ParseJobRecord(const std::string& text, const std::str
     }
     if (r.contains("group_hyperparams")) {
       for (const auto& g : r.at("group_hyperparams")) {
-        strata::v1::GroupHyperparams hp;
-        hp.set_lr(Real(g.at("lr"), "lr"));
-        hp.set_beta1(Real(g.at("beta1"), "beta1"));
-        hp.set_beta2(Real(g.at("beta2"), "beta2"));
-        hp.set_eps(Real(g.at("eps"), "eps"));
-        hp.set_weight_decay(Real(g.at("weight_decay"), "weight_decay"));
-        hp.set_lr_decay(Real(g.at("lr_decay"), "lr_decay"));
+        GroupHyperparams hp;
+        hp.lr = Real(g.at("lr"), "lr");
+        hp.beta1 = Real(g.at("beta1"), "beta1");
+        hp.beta2 = Real(g.at("beta2"), "beta2");
+        hp.eps = Real(g.at("eps"), "eps");
+        hp.weight_decay = Real(g.at("weight_decay"), "weight_decay");
+        hp.lr_decay = Real(g.at("lr_decay"), "lr_decay");
         record.group_hyperparams.push_back(hp);
       }
     }

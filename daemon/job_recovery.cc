@@ -62,7 +62,7 @@ absl::Status RecoverJobs(ExtentStore* store, const JobServices& services, JobReg
       unreadable.insert(id);
       continue;
     }
-    r.name = parsed->settings.name();
+    r.name = parsed->settings.name;
     records.push_back(std::move(r));
   }
 

@@ -9,9 +9,9 @@
 
 namespace strata {
 
-absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobRequest& r) {
+absl::StatusOr<JobSettings> ResolveJobSettings(const JobRequest& r) {
   JobSettings s;
-  s.name = r.name();
+  s.name = r.name;
   if (s.name.empty() || s.name.size() > 128) {
     return absl::InvalidArgumentError("job name must be 1..128 characters");
   }
@@ -21,23 +21,23 @@ absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobReques
           "job name '", s.name, "' may only hold letters, digits, '-', '_' and '.'"));
     }
   }
-  if (r.world_size() < 1 || r.world_size() > 4096) {
+  if (r.world_size < 1 || r.world_size > 4096) {
     return absl::InvalidArgumentError(
-        absl::StrCat("world_size ", r.world_size(), " is not valid; expected 1..4096"));
+        absl::StrCat("world_size ", r.world_size, " is not valid; expected 1..4096"));
   }
-  s.world_size = r.world_size();
-  if (r.mode() != strata::v1::MODE_OFFLOAD && r.mode() != strata::v1::MODE_INFINITY) {
+  s.world_size = r.world_size;
+  if (!r.mode.has_value()) {
     return absl::InvalidArgumentError("mode must be MODE_OFFLOAD or MODE_INFINITY");
   }
-  s.mode = r.mode();
-  s.deepspeed_config_json = r.deepspeed_config_json().empty() ? "{}" : r.deepspeed_config_json();
+  s.mode = *r.mode;
+  s.deepspeed_config_json = r.deepspeed_config_json.empty() ? "{}" : r.deepspeed_config_json;
   auto ds = ParseDeepSpeedConfig(s.deepspeed_config_json);
   if (!ds.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("deepspeed_config_json: ", ds.status().message()));
   }
   s.warnings = ds->warnings;
   s.stage = ds->zero.stage;
-  if (s.mode == strata::v1::MODE_OFFLOAD && (s.stage < 1 || s.stage > 2)) {
+  if (s.mode == JobMode::kOffload && (s.stage < 1 || s.stage > 2)) {
     // Offload keeps the flat stage-1/2 layout; stage 0 has nothing partitioned.
     if (s.stage == 0) s.stage = 2;
     else if (s.stage == 3) {
@@ -46,14 +46,14 @@ absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobReques
           "swapped); use stage 1 or 2 for MODE_OFFLOAD");
     }
   }
-  if (s.mode == strata::v1::MODE_INFINITY) {
+  if (s.mode == JobMode::kInfinity) {
     if (s.stage != 3) {
       return absl::InvalidArgumentError(absl::StrCat(
           "MODE_INFINITY needs zero_optimization.stage 3 (the config says ", s.stage, ")"));
     }
   }
   s.optimizer = ds->optimizer.has_value() ? HyperparamsFromDeepSpeed(*ds->optimizer) : OptimizerHyperparams{};
-  const bool request_names_optimizer = r.has_optimizer() && !r.optimizer().type().empty();
+  const bool request_names_optimizer = r.optimizer.has_value() && !r.optimizer->type.empty();
   if (ds->optimizer.has_value() && !request_names_optimizer) {
     // A DeepSpeed config may name any optimizer DeepSpeed accepts; stratad
     // runs only those it steps shard by shard. LAMB has a CPU kernel
@@ -74,18 +74,18 @@ absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobReques
     }
   }
   if (request_names_optimizer) {
-    const auto& o = r.optimizer();
-    STRATA_ASSIGN_OR_RETURN(s.optimizer.kind, ParseOptimizerKind(o.type()));
-    s.optimizer.lr = o.lr();
-    if (o.beta1() != 0 || o.beta2() != 0) {
-      s.optimizer.beta1 = o.beta1();
-      s.optimizer.beta2 = o.beta2();
+    const JobRequest::Optimizer& o = *r.optimizer;
+    STRATA_ASSIGN_OR_RETURN(s.optimizer.kind, ParseOptimizerKind(o.type));
+    s.optimizer.lr = o.lr;
+    if (o.beta1 != 0 || o.beta2 != 0) {
+      s.optimizer.beta1 = o.beta1;
+      s.optimizer.beta2 = o.beta2;
     }
-    if (o.eps() != 0) s.optimizer.eps = o.eps();
-    s.optimizer.weight_decay = o.weight_decay();
-    s.optimizer.amsgrad = o.amsgrad();
-    s.optimizer.lr_decay = o.lr_decay();
-    s.optimizer.initial_accumulator_value = o.initial_accumulator_value();
+    if (o.eps != 0) s.optimizer.eps = o.eps;
+    s.optimizer.weight_decay = o.weight_decay;
+    s.optimizer.amsgrad = o.amsgrad;
+    s.optimizer.lr_decay = o.lr_decay;
+    s.optimizer.initial_accumulator_value = o.initial_accumulator_value;
   }
   if (absl::Status v = ValidateOptimizerHyperparams(s.optimizer); !v.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("optimizer: ", v.message()));
@@ -97,14 +97,14 @@ absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobReques
     return *d;
   };
   const DType natural = ds->bf16_enabled ? DType::kBf16 : ds->fp16.enabled ? DType::kFp16 : DType::kFp32;
-  STRATA_ASSIGN_OR_RETURN(s.param_dtype, dtype(r.param_dtype(), natural, "param_dtype"));
-  STRATA_ASSIGN_OR_RETURN(s.grad_dtype, dtype(r.grad_dtype(), natural, "grad_dtype"));
+  STRATA_ASSIGN_OR_RETURN(s.param_dtype, dtype(r.param_dtype, natural, "param_dtype"));
+  STRATA_ASSIGN_OR_RETURN(s.grad_dtype, dtype(r.grad_dtype, natural, "grad_dtype"));
   s.loss_scale = ds->fp16;
   s.gradient_clipping = ds->gradient_clipping;
   s.sub_group_size = ds->zero.sub_group_size;
-  s.pinned_budget_bytes = r.pinned_budget_bytes();
-  s.device_budget_bytes = r.device_budget_bytes();
-  s.local_ranks.assign(r.local_ranks().begin(), r.local_ranks().end());
+  s.pinned_budget_bytes = r.pinned_budget_bytes;
+  s.device_budget_bytes = r.device_budget_bytes;
+  s.local_ranks = r.local_ranks;
   std::sort(s.local_ranks.begin(), s.local_ranks.end());
   for (size_t i = 0; i < s.local_ranks.size(); ++i) {
     if (s.local_ranks[i] >= s.world_size) {
@@ -115,7 +115,7 @@ absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobReques
       return absl::InvalidArgumentError(absl::StrCat("local_ranks: rank ", s.local_ranks[i], " is listed twice"));
     }
   }
-  s.external_step_agreement = r.external_step_agreement();
+  s.external_step_agreement = r.external_step_agreement;
   return s;
 }
 
@@ -123,28 +123,28 @@ bool JobSettings::IsLocal(uint32_t rank) const {
   return local_ranks.empty() || std::binary_search(local_ranks.begin(), local_ranks.end(), rank);
 }
 
-strata::v1::CreateJobRequest JobSettingsToRequest(const JobSettings& s) {
-  strata::v1::CreateJobRequest r;
-  r.set_name(s.name);
-  r.set_world_size(s.world_size);
-  r.set_mode(s.mode);
-  r.set_deepspeed_config_json(s.deepspeed_config_json);
-  auto* o = r.mutable_optimizer();
-  o->set_type(std::string(OptimizerKindName(s.optimizer.kind)));
-  o->set_lr(s.optimizer.lr);
-  o->set_beta1(s.optimizer.beta1);
-  o->set_beta2(s.optimizer.beta2);
-  o->set_eps(s.optimizer.eps);
-  o->set_weight_decay(s.optimizer.weight_decay);
-  o->set_amsgrad(s.optimizer.amsgrad);
-  o->set_lr_decay(s.optimizer.lr_decay);
-  o->set_initial_accumulator_value(s.optimizer.initial_accumulator_value);
-  r.set_param_dtype(std::string(DTypeName(s.param_dtype)));
-  r.set_grad_dtype(std::string(DTypeName(s.grad_dtype)));
-  r.set_pinned_budget_bytes(s.pinned_budget_bytes);
-  r.set_device_budget_bytes(s.device_budget_bytes);
-  r.mutable_local_ranks()->Add(s.local_ranks.begin(), s.local_ranks.end());
-  r.set_external_step_agreement(s.external_step_agreement);
+JobRequest JobSettingsToRequest(const JobSettings& s) {
+  JobRequest r;
+  r.name = s.name;
+  r.world_size = s.world_size;
+  r.mode = s.mode;
+  r.deepspeed_config_json = s.deepspeed_config_json;
+  JobRequest::Optimizer& o = r.optimizer.emplace();
+  o.type = std::string(OptimizerKindName(s.optimizer.kind));
+  o.lr = s.optimizer.lr;
+  o.beta1 = s.optimizer.beta1;
+  o.beta2 = s.optimizer.beta2;
+  o.eps = s.optimizer.eps;
+  o.weight_decay = s.optimizer.weight_decay;
+  o.amsgrad = s.optimizer.amsgrad;
+  o.lr_decay = s.optimizer.lr_decay;
+  o.initial_accumulator_value = s.optimizer.initial_accumulator_value;
+  r.param_dtype = std::string(DTypeName(s.param_dtype));
+  r.grad_dtype = std::string(DTypeName(s.grad_dtype));
+  r.pinned_budget_bytes = s.pinned_budget_bytes;
+  r.device_budget_bytes = s.device_budget_bytes;
+  r.local_ranks = s.local_ranks;
+  r.external_step_agreement = s.external_step_agreement;
   return r;
 }
 

@@ -1,24 +1,50 @@
 // JobSettings: what a job is, resolved once from CreateJob (its DeepSpeed
-// config plus explicit overrides) and validated.
+// config plus explicit overrides) and validated. JobRequest is what was asked
+// for, before resolving: the daemon's own form of CreateJobRequest (converted
+// at the service edge, daemon/job_proto.h), kept in job records and manifests.
 #ifndef STRATA_DAEMON_JOB_SETTINGS_H_
 #define STRATA_DAEMON_JOB_SETTINGS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/deepspeed_config.h"
 #include "core/dtype.h"
+#include "core/job_mode.h"
 #include "optimizer_cpu/hyperparams.h"
-#include "strata/v1/strata.pb.h"
 
 namespace strata {
+
+// CreateJob as asked, unvalidated (ResolveJobSettings checks it).
+struct JobRequest {
+  // The optimizer named explicitly, overriding the DeepSpeed config's.
+  struct Optimizer {
+    std::string type;  // adam, adamw, adagrad, lion; "" = the config's
+    double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+    bool amsgrad = false;
+    double lr_decay = 0, initial_accumulator_value = 0;  // adagrad
+    bool operator==(const Optimizer&) const = default;
+  };
+  std::string name;
+  uint32_t world_size = 0;
+  std::optional<JobMode> mode;  // nullopt: none or one this daemon does not know
+  std::string deepspeed_config_json;
+  std::optional<Optimizer> optimizer;
+  std::string param_dtype, grad_dtype;  // "" = the config's precision
+  uint64_t pinned_budget_bytes = 0;
+  uint64_t device_budget_bytes = 0;
+  std::vector<uint32_t> local_ranks;
+  bool external_step_agreement = false;
+  bool operator==(const JobRequest&) const = default;
+};
 
 struct JobSettings {
   std::string name;
   uint32_t world_size = 1;
-  strata::v1::Mode mode = strata::v1::MODE_OFFLOAD;
+  JobMode mode = JobMode::kOffload;
   int stage = 2;
   OptimizerHyperparams optimizer;
   DType param_dtype = DType::kFp16;
@@ -45,10 +71,10 @@ struct JobSettings {
 // parse, offload mode with stage 0 or 3 with param offload, infinity mode
 // without stage 3, bad optimizer hyperparameters, local_ranks out of range or
 // repeated.
-absl::StatusOr<JobSettings> ResolveJobSettings(const strata::v1::CreateJobRequest& request);
+absl::StatusOr<JobSettings> ResolveJobSettings(const JobRequest& request);
 
-// The proto form, for checkpoints.
-strata::v1::CreateJobRequest JobSettingsToRequest(const JobSettings& settings);
+// The request that resolves to `settings` again, for job records and checkpoints.
+JobRequest JobSettingsToRequest(const JobSettings& settings);
 
 }  // namespace strata
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/job_proto.h"
 #include "gtest/gtest.h"
 
 namespace strata {
@@ -65,6 +66,43 @@ TEST(JobSettingsTest, HostileConfigsAreInvalidArgumentNamingTheProblem) {
   EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(big.status().message().find("zero_optimization.reduce_bucket_size"), std::string::npos)
       << big.status();
+}
+
+// The service edge: what CreateJob sends is what the daemon resolves, and
+// converts back to the same message (job records keep it in that form).
+TEST(JobProtoTest, RequestsAndModesConvertBothWays) {
+  EXPECT_EQ(JobModeFromProto(strata::v1::MODE_OFFLOAD), JobMode::kOffload);
+  EXPECT_EQ(JobModeFromProto(strata::v1::MODE_INFINITY), JobMode::kInfinity);
+  EXPECT_EQ(JobModeFromProto(strata::v1::MODE_UNSPECIFIED), std::nullopt);
+  EXPECT_EQ(JobModeFromProto(static_cast<strata::v1::Mode>(9)), std::nullopt);
+  EXPECT_EQ(JobModeToProto(JobMode::kInfinity), strata::v1::MODE_INFINITY);
+
+  strata::v1::CreateJobRequest r = Request("AdamW");
+  r.mutable_optimizer()->set_type("lion");
+  r.mutable_optimizer()->set_lr(0.5);
+  r.set_pinned_budget_bytes(uint64_t{1} << 40);
+  r.add_local_ranks(0);
+  r.set_external_step_agreement(true);
+  const JobRequest domain = JobRequestFromProto(r);
+  EXPECT_EQ(domain.mode, JobMode::kOffload);
+  ASSERT_TRUE(domain.optimizer.has_value());
+  EXPECT_EQ(domain.optimizer->type, "lion");
+  EXPECT_EQ(JobRequestToProto(domain).SerializeAsString(), r.SerializeAsString());
+  EXPECT_FALSE(JobRequestFromProto(Request("Adam")).optimizer.has_value());
+
+  // Settings resolved from a request resolve again, the same, from their request form.
+  auto s = ResolveJobSettings(r);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto again = ResolveJobSettings(JobSettingsToRequest(*s));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobSettingsToRequest(*again), JobSettingsToRequest(*s));
+  EXPECT_EQ(again->optimizer.kind, OptimizerKind::kLion);
+  EXPECT_EQ(again->pinned_budget_bytes, uint64_t{1} << 40);
+
+  strata::v1::GroupHyperparams g;
+  g.set_lr(0.1);
+  g.set_lr_decay(0.2);
+  EXPECT_EQ(GroupHyperparamsFromProto(g), (GroupHyperparams{0.1, 0, 0, 0, 0, 0.2}));
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ absl::StatusOr<std::vector<ShardPlace>> Job::AcquireIn(uint32_t rank, const std:
   std::vector<uint64_t> bytes;
   {
     absl::MutexLock lock(&mu_);
-    if (settings_.mode != strata::v1::MODE_INFINITY) {
+    if (settings_.mode != JobMode::kInfinity) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Acquire into the device tier: job '", settings_.name, "' is a ZeRO-Offload job, whose params stay in its "
           "window; the device tier serves ZeRO-Infinity jobs (mode infinity)"));
@@ -87,10 +87,10 @@ ParkReport ToReport(const ParamMove& move) {
 
 absl::StatusOr<ParkReport> Job::Park(TierKind to) {
   ParamCache* params = pipeline_->params();
-  if (settings_.mode != strata::v1::MODE_INFINITY || params == nullptr) {
+  if (settings_.mode != JobMode::kInfinity || params == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Park: job '", settings_.name, "' is ",
-        settings_.mode != strata::v1::MODE_INFINITY ? "a ZeRO-Offload job, whose params and states live in pinned "
+        settings_.mode != JobMode::kInfinity ? "a ZeRO-Offload job, whose params and states live in pinned "
                                                       "memory for its whole life; parking applies to ZeRO-Infinity "
                                                       "jobs"
                                                     : "not registered yet"));
@@ -103,10 +103,10 @@ absl::StatusOr<ParkReport> Job::Park(TierKind to) {
 
 absl::StatusOr<ParkReport> Job::Resume() {
   ParamCache* params = pipeline_->params();
-  if (settings_.mode != strata::v1::MODE_INFINITY || params == nullptr) {
+  if (settings_.mode != JobMode::kInfinity || params == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Resume: job '", settings_.name, "' ",
-        settings_.mode != strata::v1::MODE_INFINITY ? "is a ZeRO-Offload job, which is never parked"
+        settings_.mode != JobMode::kInfinity ? "is a ZeRO-Offload job, which is never parked"
                                                     : "is not registered yet"));
   }
   absl::MutexLock states_lock(&states_mu_);

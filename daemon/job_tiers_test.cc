@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/job.h"
+#include "daemon/job_proto.h"
 #include "daemon/job_settings.h"
 #include "daemon/param_store.h"
 #include "gtest/gtest.h"

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "daemon/job.h"
+#include "daemon/job_proto.h"
 #include "daemon/job_settings.h"
 #include "gtest/gtest.h"
 #include "optimizer_cpu/cpu_optimizer.h"

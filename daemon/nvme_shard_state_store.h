@@ -37,6 +37,7 @@ class NvmeShardStateStore final : public ShardStateStore {
   absl::Status Update(const std::vector<ShardId>& shards, const TileFn& fn) override;
   absl::Status Read(const std::vector<ShardId>& shards, const TileFn& fn) override;
   uint64_t bytes() const override;
+  StateStaging staging() const override { return StateStaging{tile_elements_ * 4, staging_.size()}; }
 
  private:
   struct TileRef {

@@ -3,6 +3,7 @@
 // Infinity window keeping gradients within its budget -- a gradient that does
 // not fit is spilled to NVMe (its slot's memory given back) and comes back bit
 // for bit, in step order, when the step asks for it.
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -39,7 +40,7 @@ std::vector<ShardLayout> Shards(uint32_t count, uint64_t numel) {
 
 TEST(StepPipelineTest, TheModeChoosesThePipeline) {
   JobSettings settings;
-  settings.mode = strata::v1::MODE_OFFLOAD;
+  settings.mode = JobMode::kOffload;
   JobServices services;
   auto offload = MakeStepPipeline(1, settings, services);
   ASSERT_TRUE(offload.ok()) << offload.status();
@@ -51,7 +52,7 @@ TEST(StepPipelineTest, TheModeChoosesThePipeline) {
   ASSERT_TRUE(clipped.ok());
   EXPECT_FALSE((*clipped)->early_apply());  // the update waits for every rank's norm
 
-  settings.mode = strata::v1::MODE_INFINITY;
+  settings.mode = JobMode::kInfinity;
   auto refused = MakeStepPipeline(1, settings, services);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("--nvme_path"), std::string::npos) << refused.status();
@@ -160,6 +161,41 @@ TEST_F(InfinityPipelineTest, AGradientOverTheBudgetIsSpilledAndComesBackBitForBi
   pipeline.CountLocked(job_mu, counters);
   EXPECT_EQ(counters.grad_bytes_read_back, kPage);
   pipeline.CloseWindow();
+}
+
+// What the job exports as its staging (JobInfo's nvme_tile_bytes and
+// nvme_staging_bytes, read by bench/offload_parts) is the tile the NVMe
+// store streams and the staging it holds.
+TEST_F(InfinityPipelineTest, TheStagingItExportsIsTheTileItStreams) {
+  const SlotDTypes dtypes{DType::kFp16, DType::kFp16};
+  InfinityPipeline pipeline(/*job_id=*/10, "tiles", /*world_size=*/1, dtypes, /*pinned_budget_bytes=*/0, store_.get(),
+                            /*pinned=*/nullptr);
+  StateLayout layout;  // AdamW: master, exp_avg, exp_avg_sq
+  layout.exp_avg = true;
+  layout.exp_avg_sq = true;
+  constexpr uint64_t kTileBytes = 64 << 10;  // 16384 fp32 elements
+  auto made = pipeline.MakeStates(layout, kTileBytes);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ShardStateStore& states = **made;
+  ASSERT_TRUE(states.Create(0, 0, 3000).ok());  // less than a tile: the staging is that shard's size
+  EXPECT_EQ(states.staging().tile_bytes, kTileBytes);
+  EXPECT_EQ(states.staging().bytes, 3 * 3 * 3072 * 4);  // 3 sets x 3 streams x RoundUp(3000, 1024)
+  ASSERT_TRUE(states.Create(0, 1, 40000).ok());  // 2.4 tiles
+  const StateStaging staging = states.staging();
+  EXPECT_EQ(staging.tile_bytes, kTileBytes);
+  EXPECT_EQ(staging.bytes, 3 * 3 * kTileBytes);
+
+  uint64_t largest = 0, tiles = 0;
+  ASSERT_TRUE(states
+                  .Update({ShardId{0, 1}},
+                          [&](const ShardId&, const StateTile& tile) {
+                            largest = std::max(largest, tile.size);
+                            ++tiles;
+                            return absl::OkStatus();
+                          })
+                  .ok());
+  EXPECT_EQ(largest * 4, staging.tile_bytes);
+  EXPECT_EQ(tiles, 3u);
 }
 
 }  // namespace

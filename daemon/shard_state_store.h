@@ -31,6 +31,14 @@ struct ShardId {
 
 using TileFn = std::function<absl::Status(const ShardId&, const StateTile&)>;
 
+// The pinned staging a store streams the states through; zero for a store
+// that holds them in memory. Exported to clients (JobInfo) so that tools such
+// as bench/offload_parts measure the daemon's layout instead of re-deriving it.
+struct StateStaging {
+  uint64_t tile_bytes = 0;  // bytes of one state stream per tile: the unit of the NVMe layout
+  uint64_t bytes = 0;       // the staging buffers in all (sets x streams x tile, less for small shards)
+};
+
 class ShardStateStore {
  public:
   virtual ~ShardStateStore() = default;
@@ -54,6 +62,8 @@ class ShardStateStore {
 
   // Bytes the store holds, for stats.
   virtual uint64_t bytes() const = 0;
+
+  virtual StateStaging staging() const { return {}; }
 };
 
 }  // namespace strata

@@ -73,18 +73,18 @@ std::vector<OptimizerHyperparams> StepBarrier::Hyperparams(uint32_t num_groups,
                                                            const OptimizerHyperparams& base) const {
   std::vector<OptimizerHyperparams> out(num_groups, base);
   for (size_t g = 0; g < group_hp_.size() && g < out.size(); ++g) {
-    const strata::v1::GroupHyperparams& in = group_hp_[g];
-    out[g].lr = in.lr();
-    out[g].beta1 = in.beta1();
-    out[g].beta2 = in.beta2();
-    out[g].eps = in.eps();
-    out[g].weight_decay = in.weight_decay();
-    out[g].lr_decay = in.lr_decay();
+    const GroupHyperparams& in = group_hp_[g];
+    out[g].lr = in.lr;
+    out[g].beta1 = in.beta1;
+    out[g].beta2 = in.beta2;
+    out[g].eps = in.eps;
+    out[g].weight_decay = in.weight_decay;
+    out[g].lr_decay = in.lr_decay;
   }
   return out;
 }
 
-absl::Status StepBarrier::Begin(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups,
+absl::Status StepBarrier::Begin(uint64_t step, const std::vector<GroupHyperparams>& groups,
                                 uint32_t num_groups, const OptimizerHyperparams& base) {
   // The step just applied, begun again (a re-attached rank repeating it):
   // the same values are a duplicate, checked below like another rank's copy.
@@ -99,15 +99,15 @@ absl::Status StepBarrier::Begin(uint64_t step, const std::vector<strata::v1::Gro
                                                      " groups but the step was begun with ", group_hp_.size()));
     }
     for (size_t g = 0; g < groups.size(); ++g) {
-      const strata::v1::GroupHyperparams& a = groups[g];
-      const strata::v1::GroupHyperparams& b = group_hp_[g];
+      const GroupHyperparams& a = groups[g];
+      const GroupHyperparams& b = group_hp_[g];
       const std::pair<const char*, std::pair<double, double>> fields[] = {
-          {"lr", {a.lr(), b.lr()}},
-          {"beta1", {a.beta1(), b.beta1()}},
-          {"beta2", {a.beta2(), b.beta2()}},
-          {"eps", {a.eps(), b.eps()}},
-          {"weight_decay", {a.weight_decay(), b.weight_decay()}},
-          {"lr_decay", {a.lr_decay(), b.lr_decay()}}};
+          {"lr", {a.lr, b.lr}},
+          {"beta1", {a.beta1, b.beta1}},
+          {"beta2", {a.beta2, b.beta2}},
+          {"eps", {a.eps, b.eps}},
+          {"weight_decay", {a.weight_decay, b.weight_decay}},
+          {"lr_decay", {a.lr_decay, b.lr_decay}}};
       for (const auto& [field, values] : fields) {
         if (values.first != values.second) {
           return absl::InvalidArgumentError(absl::StrCat(
@@ -135,7 +135,7 @@ absl::Status StepBarrier::Begin(uint64_t step, const std::vector<strata::v1::Gro
     return absl::InvalidArgumentError(absl::StrCat("BeginStep gives ", groups.size(), " groups; at most ",
                                                    kMaxGroups, " are allowed"));
   }
-  std::vector<strata::v1::GroupHyperparams> previous = std::move(group_hp_);
+  std::vector<GroupHyperparams> previous = std::move(group_hp_);
   group_hp_ = groups;
   const std::vector<OptimizerHyperparams> hp = Hyperparams(num_groups, base);
   for (size_t g = 0; g < hp.size(); ++g) {
@@ -251,7 +251,7 @@ const StepOutcome* StepBarrier::Outcome(uint64_t step) const {
   return it == outcomes_.end() ? nullptr : &it->second;
 }
 
-void StepBarrier::Restore(uint64_t next_step, std::vector<strata::v1::GroupHyperparams> group_hp) {
+void StepBarrier::Restore(uint64_t next_step, std::vector<GroupHyperparams> group_hp) {
   next_step_ = next_step;
   group_hp_ = std::move(group_hp);
   group_hp_step_.reset();

@@ -17,7 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "optimizer_cpu/hyperparams.h"
-#include "strata/v1/strata.pb.h"
+#include "core/group_hyperparams.h"
 
 namespace strata {
 
@@ -63,11 +63,11 @@ class StepBarrier {
   void QueueStep() { step_queued_ = true; }
 
   // BeginStep (see Job::BeginStep); `base` is the job's optimizer settings.
-  absl::Status Begin(uint64_t step, const std::vector<strata::v1::GroupHyperparams>& groups, uint32_t num_groups,
+  absl::Status Begin(uint64_t step, const std::vector<GroupHyperparams>& groups, uint32_t num_groups,
                      const OptimizerHyperparams& base);
   // The hyperparameters in force, one per group.
   std::vector<OptimizerHyperparams> Hyperparams(uint32_t num_groups, const OptimizerHyperparams& base) const;
-  const std::vector<strata::v1::GroupHyperparams>& group_hyperparams() const { return group_hp_; }
+  const std::vector<GroupHyperparams>& group_hyperparams() const { return group_hp_; }
 
   // A shard's gradient check (overflow and squared norm) for the open step.
   void Inspected(uint32_t rank, uint32_t index, bool overflow, double squared_norm);
@@ -96,7 +96,7 @@ class StepBarrier {
   const StepOutcome* Outcome(uint64_t step) const;
 
   // A job restored from a record or checkpoint resumes at `next_step`.
-  void Restore(uint64_t next_step, std::vector<strata::v1::GroupHyperparams> group_hp);
+  void Restore(uint64_t next_step, std::vector<GroupHyperparams> group_hp);
 
  private:
   uint64_t next_step_ = 0;  // the step GradReady fills
@@ -110,7 +110,7 @@ class StepBarrier {
   absl::flat_hash_map<uint64_t, StepOutcome> outcomes_;
   // Per-group hyperparameters in force (BeginStep's values without the
   // job-wide fields); empty = the job's optimizer settings for every group.
-  std::vector<strata::v1::GroupHyperparams> group_hp_;
+  std::vector<GroupHyperparams> group_hp_;
   // The step group_hp_ was set for, when BeginStep set it.
   std::optional<uint64_t> group_hp_step_;
   // external_step_agreement: this daemon's stats and the committed global

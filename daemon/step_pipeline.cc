@@ -8,7 +8,7 @@ namespace strata {
 
 absl::StatusOr<std::unique_ptr<StepPipeline>> MakeStepPipeline(uint64_t job_id, const JobSettings& settings,
                                                                const JobServices& services) {
-  if (settings.mode == strata::v1::MODE_INFINITY) {
+  if (settings.mode == JobMode::kInfinity) {
     if (services.nvme == nullptr) {
       return absl::FailedPreconditionError(
           "MODE_INFINITY needs the NVMe tier, and this daemon has none: start stratad with --nvme_path DIR");
@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<StepPipeline>> MakeStepPipeline(uint64_t job_id, 
   // ZeRO-Offload without loss scaling or clipping: each shard is stepped as
   // soon as its gradient is in, overlapping the trainers' backward. With
   // either, the update depends on every rank's gradients and waits for all.
-  return std::make_unique<OffloadPipeline>(settings.mode == strata::v1::MODE_OFFLOAD &&
+  return std::make_unique<OffloadPipeline>(settings.mode == JobMode::kOffload &&
                                            !settings.loss_scale.enabled && settings.gradient_clipping <= 0);
 }
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/checkpoint_dir.h"
 #include "daemon/grpc_status.h"
+#include "daemon/job_proto.h"
 
 namespace strata {
 namespace {
@@ -96,11 +97,14 @@ void StrataService::FillJobInfo(const Job& job, strata::v1::JobInfo* info) const
   info->set_job_id(job.id());
   info->set_name(job.settings().name);
   info->set_world_size(job.settings().world_size);
-  info->set_mode(job.settings().mode);
+  info->set_mode(JobModeToProto(job.settings().mode));
   info->set_stage(job.settings().stage);
   info->set_attached_ranks(ctx_.registry->AttachedRanks(job.id()));
   info->set_step(job.next_step());
   info->set_params(job.params());
+  const StateStaging staging = job.counters().staging;
+  info->set_nvme_tile_bytes(staging.tile_bytes);
+  info->set_nvme_staging_bytes(staging.bytes);
   info->set_loss_scale(job.loss_scale());
   info->set_skipped_steps(job.counters().steps_skipped);
 }
@@ -134,7 +138,7 @@ grpc::Status StrataService::CreateJob(grpc::ServerContext* context, const strata
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
         "world_size ", request->world_size(), " exceeds max_world_size (", ctx_.limits.max_world_size, ")")));
   }
-  auto settings = ResolveJobSettings(*request);
+  auto settings = ResolveJobSettings(JobRequestFromProto(*request));
   if (!settings.ok()) return ToGrpcStatus(settings.status());
   settings->owner_uid = caller->uid;
   auto created = ctx_.registry->CreateJob(std::move(*settings), request->attach_if_exists(), *caller);
@@ -295,8 +299,7 @@ grpc::Status StrataService::BeginStep(grpc::ServerContext* context, const strata
                                       strata::v1::BeginStepResponse*) {
   auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
-  std::vector<strata::v1::GroupHyperparams> groups(request->groups().begin(), request->groups().end());
-  return ToGrpcStatus(session->job->BeginStep(request->step(), groups));
+  return ToGrpcStatus(session->job->BeginStep(request->step(), GroupHyperparamsFromProto(request->groups())));
 }
 
 grpc::Status StrataService::PrepareStep(grpc::ServerContext* context, const strata::v1::PrepareStepRequest* request,
@@ -490,7 +493,7 @@ grpc::Status StrataService::GetStats(grpc::ServerContext* context, const strata:
     js->set_nvme_read_bytes(c.params.bytes_read);
     js->set_nvme_write_bytes(c.params.bytes_written);
     js->set_pinned_bytes(c.pinned_reserved_bytes);
-    const bool infinity = job->settings().mode == strata::v1::MODE_INFINITY;
+    const bool infinity = job->settings().mode == JobMode::kInfinity;
     auto* pinned = js->add_tiers();
     pinned->set_tier("pinned");
     pinned->set_bytes(infinity ? c.window_resident_bytes : c.pinned_reserved_bytes);

@@ -174,6 +174,16 @@ TEST(DaemonWindowTest, ABudgetBelowParamsAndGradsTrainsTheSameBitsInBoundedMemor
   ASSERT_NE(nvme, std::string::npos) << bounded_text;
   EXPECT_EQ(bounded_text.substr(nvme, bounded_text.find('\n', nvme) - nvme).find("written 0 B"), std::string::npos)
       << bounded_text;  // params stored home, gradients spilled
+  // The job exports its NVMe staging (what bench/offload_parts measures
+  // against): tiles no bigger than its largest shard (one 128 KiB slot of
+  // fp32 here, well under the daemon's 64 MiB tile), three sets of AdamW's
+  // three state streams.
+  auto jobs = client->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  for (const JobSummary& job : *jobs) {
+    EXPECT_EQ(job.nvme_tile_bytes, kSlotBytes) << job.name;
+    EXPECT_EQ(job.nvme_staging_bytes, 3 * 3 * kSlotBytes) << job.name;
+  }
   EXPECT_EQ(daemon.Stop(), 0);
 }
 
