@@ -1,5 +1,6 @@
 #include "daemon/device_arena.h"
 
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,14 @@ absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::Create(DeviceChoice ch
                                                    "multiple of 4 KiB (or --device none)"));
   }
   std::unique_ptr<DeviceArena> arena(new DeviceArena());
+  JobDeviceTierOptions tier_options;
+  tier_options.capacity_bytes = capacity_bytes;
+  tier_options.slot_alignment_bytes = kSlotAlignment;
+  // The device holds every job's arena with its fragmentation headroom.
+  if (capacity_bytes > std::numeric_limits<uint64_t>::max() / tier_options.arena_headroom) {
+    return absl::InvalidArgumentError(absl::StrCat("device_capacity: ", capacity_bytes, " bytes is too large"));
+  }
+  const uint64_t device_bytes = capacity_bytes * tier_options.arena_headroom;
   std::string why_emulated;
   if (choice == DeviceChoice::kCuda || choice == DeviceChoice::kAuto) {
     absl::StatusOr<int> count = CudaDeviceCount();
@@ -43,7 +52,7 @@ absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::Create(DeviceChoice ch
       // No device-wide arena: each job's arena is its own cudaMalloc, so its
       // IPC handle opens that job's memory and nothing else.
       options.arena_bytes = 0;
-      options.capacity_bytes = capacity_bytes;
+      options.capacity_bytes = device_bytes;
       absl::StatusOr<std::unique_ptr<Device>> cuda = NewCudaDevice(options);
       if (!cuda.ok()) {
         return absl::Status(cuda.status().code(),
@@ -63,13 +72,10 @@ absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::Create(DeviceChoice ch
   const bool emulated = arena->device_ == nullptr;
   if (emulated) {
     EmulatedDeviceOptions options;
-    options.capacity_bytes = capacity_bytes;
+    options.capacity_bytes = device_bytes;
     options.shared_memory = true;  // each job's arena is a memfd its trainers map
     STRATA_ASSIGN_OR_RETURN(arena->device_, EmulatedDevice::Create(options));
   }
-  JobDeviceTierOptions tier_options;
-  tier_options.capacity_bytes = capacity_bytes;
-  tier_options.slot_alignment_bytes = kSlotAlignment;
   absl::StatusOr<std::unique_ptr<JobDeviceTier>> tier = JobDeviceTier::Create(arena->device_.get(), tier_options);
   if (!tier.ok()) {
     return absl::Status(tier.status().code(),

@@ -22,6 +22,9 @@ absl::StatusOr<std::unique_ptr<JobDeviceTier>> JobDeviceTier::Create(Device* dev
     return absl::InvalidArgumentError("device tier: slot alignment must be a power of two");
   }
   if (options.capacity_bytes == 0) return absl::InvalidArgumentError("device tier: capacity must be positive");
+  if (options.arena_headroom < 1 || options.arena_headroom > 16) {
+    return absl::InvalidArgumentError("device tier: arena_headroom must be 1..16");
+  }
   if (options.streams < 1) return absl::InvalidArgumentError("device tier: streams must be >= 1");
   std::vector<StreamId> streams;
   for (int i = 0; i < options.streams; ++i) {
@@ -48,29 +51,29 @@ absl::StatusOr<std::unique_ptr<JobDeviceArena>> JobDeviceTier::OpenJob(JobId job
   if (budget_bytes == 0) return absl::InvalidArgumentError("device tier: a job arena of 0 bytes");
   absl::MutexLock lock(&mu_);
   if (auto it = arenas_.find(job); it != arenas_.end()) {
-    if (it->second->buffer.size_bytes != budget_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("device tier: job ", job.value(), " already has an arena of ",
-                                                     it->second->buffer.size_bytes, " bytes, not ", budget_bytes));
+    if (it->second->budget != budget_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("device tier: job ", job.value(), " already has an arena for ",
+                                                     it->second->budget, " bytes, not ", budget_bytes));
     }
     ++it->second->leases;
     return std::unique_ptr<JobDeviceArena>(new JobDeviceArena(this, job));
   }
-  if (budget_bytes > options_.capacity_bytes - arena_bytes_) {
+  if (budget_bytes > options_.capacity_bytes - budget_bytes_) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("device tier: an arena of ", FormatBytes(budget_bytes), " for job ", job.value(), " does not fit: ",
-                     FormatBytes(options_.capacity_bytes - arena_bytes_), " of --device_capacity ",
+        absl::StrCat("device tier: an arena for ", FormatBytes(budget_bytes), " for job ", job.value(),
+                     " does not fit: ", FormatBytes(options_.capacity_bytes - budget_bytes_), " of --device_capacity ",
                      FormatBytes(options_.capacity_bytes), " left"));
   }
-  absl::StatusOr<DeviceBuffer> buffer = device_->Allocate(budget_bytes);
+  // No overflow: budget <= capacity, and Create bounded the headroom.
+  const uint64_t align = options_.slot_alignment_bytes;
+  const uint64_t arena_bytes = (budget_bytes + align - 1) / align * align * options_.arena_headroom;
+  absl::StatusOr<DeviceBuffer> buffer = device_->Allocate(arena_bytes);
   if (!buffer.ok()) {
     return absl::Status(buffer.status().code(), absl::StrCat("device tier: carving the arena of job ", job.value(),
                                                              " (", FormatBytes(budget_bytes),
                                                              "): ", buffer.status().message()));
   }
-  // Slots use whole alignment units of the budget; the arena (and what the
-  // trainer maps) is the budget itself.
-  const uint64_t align = options_.slot_alignment_bytes;
-  auto arena = std::make_unique<Arena>(*buffer, budget_bytes / align * align, align);
+  auto arena = std::make_unique<Arena>(*buffer, budget_bytes, align);
   absl::StatusOr<DeviceExport> share = device_->Export(*buffer);
   if (!share.ok()) {
     device_->Free(*buffer);
@@ -91,7 +94,8 @@ absl::StatusOr<std::unique_ptr<JobDeviceArena>> JobDeviceTier::OpenJob(JobId job
     }
   }
   arena->leases = 1;
-  arena_bytes_ += budget_bytes;
+  arena_bytes_ += arena_bytes;
+  budget_bytes_ += budget_bytes;
   arenas_.emplace(job, std::move(arena));
   return std::unique_ptr<JobDeviceArena>(new JobDeviceArena(this, job));
 }
@@ -110,6 +114,7 @@ void JobDeviceTier::MaybeFreeLocked(JobId job) {
   // No slot is left, so no copy on the buffer is queued.
   device_->Free(it->second->buffer);
   arena_bytes_ -= it->second->buffer.size_bytes;
+  budget_bytes_ -= it->second->budget;
   arenas_.erase(it);
 }
 
@@ -135,6 +140,11 @@ absl::StatusOr<JobArenaShare> JobDeviceTier::Share(JobId job) const {
 uint64_t JobDeviceTier::arena_bytes() const {
   absl::MutexLock lock(&mu_);
   return arena_bytes_;
+}
+
+uint64_t JobDeviceTier::budget_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return budget_bytes_;
 }
 
 size_t JobDeviceTier::arena_count() const {

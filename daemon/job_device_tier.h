@@ -7,7 +7,16 @@
 // allocation of its budget (OpenJob), sub-allocated into that job's shard
 // slots by its own SlotAllocator; a trainer is handed only its job's
 // allocation (Share). A slot's offset_bytes is its offset in its job's
-// arena, so the job budget is enforced by the arena itself.
+// arena, so a job's slots can never reach beyond its own arena.
+//
+// Fragmentation headroom: the TieredStore charges a job's device copies by
+// footprint against its budget, and assumes bytes free are bytes it can
+// allocate; in an arena of exactly the budget, first fit over shards of
+// mixed sizes fragments and refuses a slot the budget allows (a 96 KiB
+// arena with 32 KiB free whose largest range is 24 KiB). So an arena is
+// `arena_headroom` times the budget (default 2): the store keeps what is
+// resident within the budget, the extra range only keeps first fit
+// succeeding. Admission (the capacity) still counts budgets.
 //
 // It stays one Tier, so the daemon keeps one TieredStore for every job:
 // Allocate picks the arena by ShardKey::job (FailedPrecondition for a job
@@ -50,7 +59,7 @@ struct JobArenaShare {
   // kMemfd: a read-only descriptor of the job's memfd, owned by the caller
   // (dup'ed, so it stays valid if the job is deleted meanwhile).
   UniqueFd read_only_fd;
-  uint64_t bytes = 0;  // the arena's size: the job's device budget
+  uint64_t bytes = 0;  // the arena's size (arena_headroom x the job's budget)
 };
 
 // The job's hold on its arena; releasing it frees the arena once its last
@@ -70,7 +79,10 @@ class JobDeviceArena {
 };
 
 struct JobDeviceTierOptions {
-  uint64_t capacity_bytes = 0;  // the sum of all arenas; > 0
+  uint64_t capacity_bytes = 0;  // the sum of all budgets; > 0
+  // Each arena is this many times its budget (see the header comment); the
+  // device must hold capacity_bytes * arena_headroom.
+  uint64_t arena_headroom = 2;
   uint64_t slot_alignment_bytes = 4096;
   int streams = 4;
   // Emulated memfd arenas: also open a read-only descriptor per arena for
@@ -85,15 +97,19 @@ class JobDeviceTier final : public Tier {
   static absl::StatusOr<std::unique_ptr<JobDeviceTier>> Create(Device* device, const JobDeviceTierOptions& options);
   ~JobDeviceTier() override;
 
-  // Carves (or joins) `job`'s arena of `budget_bytes` (> 0). ResourceExhausted
-  // when the open arenas plus this one exceed the capacity or the device has
-  // no room; InvalidArgument when an arena of another size is open for the id.
+  // Carves (or joins) `job`'s arena for `budget_bytes` (> 0; the arena is
+  // arena_headroom times that, rounded up to the slot alignment).
+  // ResourceExhausted when the open arenas' budgets plus this one exceed the
+  // capacity or the device has no room; InvalidArgument when an arena of
+  // another budget is open for the id.
   absl::StatusOr<std::unique_ptr<JobDeviceArena>> OpenJob(JobId job, uint64_t budget_bytes);
   // How a trainer of `job` maps its arena. NotFound when none is open.
   absl::StatusOr<JobArenaShare> Share(JobId job) const;
 
-  // Bytes of device memory carved into arenas, and how many are open.
+  // Bytes of device memory carved into arenas, the budgets they were carved
+  // for, and how many are open.
   uint64_t arena_bytes() const;
+  uint64_t budget_bytes() const;
   size_t arena_count() const;
   // The size of `job`'s arena (0: none).
   uint64_t ArenaBytesOf(JobId job) const;
@@ -111,8 +127,10 @@ class JobDeviceTier final : public Tier {
  private:
   friend class JobDeviceArena;
   struct Arena {
-    Arena(DeviceBuffer b, uint64_t usable, uint64_t align) : buffer(b), slots(usable, align) {}
+    Arena(DeviceBuffer b, uint64_t budget_bytes, uint64_t align)
+        : buffer(b), budget(budget_bytes), slots(b.size_bytes, align) {}
     DeviceBuffer buffer;
+    uint64_t budget;
     SlotAllocator slots;
     DeviceExport share;
     UniqueFd read_only_fd;
@@ -139,6 +157,7 @@ class JobDeviceTier final : public Tier {
   absl::flat_hash_map<JobId, std::unique_ptr<Arena>> arenas_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, SlotInfo> slots_ ABSL_GUARDED_BY(mu_);
   uint64_t arena_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t budget_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_slot_id_ ABSL_GUARDED_BY(mu_) = 1;
 };

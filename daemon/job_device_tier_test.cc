@@ -25,6 +25,7 @@ class JobDeviceTierTest : public ::testing::Test {
     device_ = std::move(*device);
     JobDeviceTierOptions tier_options;
     tier_options.capacity_bytes = 256 << 10;
+    tier_options.arena_headroom = 1;  // arenas of exactly their budget; the daemon's headroom is tested below
     auto tier = JobDeviceTier::Create(device_.get(), tier_options);
     ASSERT_TRUE(tier.ok()) << tier.status();
     tier_ = std::move(*tier);
@@ -114,6 +115,28 @@ TEST_F(JobDeviceTierTest, AnArenaIsFreedWhenItsJobAndItsLastSlotAreGone) {
   EXPECT_EQ(device_->allocated_bytes(), 0u);
   // The whole capacity is back.
   EXPECT_TRUE(tier_->OpenJob(JobId(3), 256 << 10).ok());
+}
+
+TEST(JobDeviceTierHeadroomTest, AnArenaIsTheHeadroomTimesItsBudgetAndAdmissionCountsBudgets) {
+  EmulatedDeviceOptions options;
+  options.capacity_bytes = 512 << 10;
+  options.shared_memory = true;
+  auto device = EmulatedDevice::Create(options);
+  ASSERT_TRUE(device.ok());
+  JobDeviceTierOptions tier_options;
+  tier_options.capacity_bytes = 256 << 10;  // arena_headroom 2 by default
+  auto tier = JobDeviceTier::Create(device->get(), tier_options);
+  ASSERT_TRUE(tier.ok());
+  auto a = (*tier)->OpenJob(JobId(1), 96 << 10);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto share = (*tier)->Share(JobId(1));
+  ASSERT_TRUE(share.ok());
+  EXPECT_EQ(share->bytes, 192u << 10);
+  EXPECT_EQ((*tier)->budget_bytes(), 96u << 10);
+  EXPECT_EQ((*tier)->arena_bytes(), 192u << 10);
+  auto b = (*tier)->OpenJob(JobId(2), 160 << 10);  // the budgets fill the capacity; the arenas the device
+  EXPECT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*tier)->OpenJob(JobId(3), 4 << 10).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace
