@@ -1,9 +1,6 @@
 #include "daemon/device_arena.h"
 
-#include <fcntl.h>
-
-#include <cerrno>
-#include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,12 +36,23 @@ absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::Create(DeviceChoice ch
                                                    "multiple of 4 KiB (or --device none)"));
   }
   std::unique_ptr<DeviceArena> arena(new DeviceArena());
+  JobDeviceTierOptions tier_options;
+  tier_options.capacity_bytes = capacity_bytes;
+  tier_options.slot_alignment_bytes = kSlotAlignment;
+  // The device holds every job's arena with its fragmentation headroom.
+  if (capacity_bytes > std::numeric_limits<uint64_t>::max() / tier_options.arena_headroom) {
+    return absl::InvalidArgumentError(absl::StrCat("device_capacity: ", capacity_bytes, " bytes is too large"));
+  }
+  const uint64_t device_bytes = capacity_bytes * tier_options.arena_headroom;
   std::string why_emulated;
   if (choice == DeviceChoice::kCuda || choice == DeviceChoice::kAuto) {
     absl::StatusOr<int> count = CudaDeviceCount();
     if (count.ok() && *count > 0) {
       CudaDeviceOptions options;
-      options.arena_bytes = capacity_bytes;
+      // No device-wide arena: each job's arena is its own cudaMalloc, so its
+      // IPC handle opens that job's memory and nothing else.
+      options.arena_bytes = 0;
+      options.capacity_bytes = device_bytes;
       absl::StatusOr<std::unique_ptr<Device>> cuda = NewCudaDevice(options);
       if (!cuda.ok()) {
         return absl::Status(cuda.status().code(),
@@ -61,38 +69,28 @@ absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::Create(DeviceChoice ch
       why_emulated = count.ok() ? "the driver reports 0 devices" : std::string(count.status().message());
     }
   }
-  if (arena->device_ == nullptr) {
+  const bool emulated = arena->device_ == nullptr;
+  if (emulated) {
     EmulatedDeviceOptions options;
-    options.capacity_bytes = capacity_bytes;
-    options.shared_memory = true;  // the arena is a memfd trainers map
+    options.capacity_bytes = device_bytes;
+    options.shared_memory = true;  // each job's arena is a memfd its trainers map
     STRATA_ASSIGN_OR_RETURN(arena->device_, EmulatedDevice::Create(options));
   }
-  DeviceTierOptions tier_options;
-  tier_options.capacity_bytes = capacity_bytes;
-  tier_options.slot_alignment_bytes = kSlotAlignment;
-  absl::StatusOr<std::unique_ptr<DeviceTier>> tier = DeviceTier::Create(arena->device_.get(), tier_options);
+  absl::StatusOr<std::unique_ptr<JobDeviceTier>> tier = JobDeviceTier::Create(arena->device_.get(), tier_options);
   if (!tier.ok()) {
     return absl::Status(tier.status().code(),
                         absl::StrCat("--device_capacity ", FormatBytes(capacity_bytes), ": ", tier.status().message()));
   }
   arena->tier_ = std::move(*tier);
-  STRATA_ASSIGN_OR_RETURN(arena->share_, arena->tier_->ExportArena());
-  if (arena->share_.kind == DeviceExport::Kind::kMemfd) {
-    // A read-only open of the same memfd: what trainers get, so no trainer
-    // can write into shards (its own or another job's) behind the daemon.
-    const std::string path = absl::StrCat("/proc/self/fd/", arena->share_.memfd);
-    arena->read_only_fd_ = UniqueFd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!arena->read_only_fd_.valid()) {
-      return absl::InternalError(
-          absl::StrCat("device tier: reopening the emulated arena read-only (", path, ") failed: ", strerror(errno)));
-    }
+  if (emulated) {
     choices->push_back(absl::StrCat("device tier: emulated, ", FormatBytes(capacity_bytes),
-                                    " memfd arena shared read-only with trainers",
+                                    " for per-job memfd arenas, each shared read-only with its job's trainers only",
                                     why_emulated.empty() ? std::string(" (--device emulated)")
                                                          : absl::StrCat(" (--device auto: no GPU: ", why_emulated, ")")));
   } else {
     choices->push_back(absl::StrCat("device tier: ", arena->device_->info().name, ", ", FormatBytes(capacity_bytes),
-                                    " arena shared with trainers by CUDA IPC"));
+                                    " for per-job arenas (one cudaMalloc each), each shared by CUDA IPC with its "
+                                    "job's trainers only"));
   }
   return arena;
 }

@@ -125,15 +125,23 @@ void FdHandoffServer::Serve(UniqueFd connection, const PeerCredentials& peer) {
       (void)SendWithFds(connection.get(), "ERR the job has no device budget: no device arena to map", {});
       return;
     }
-    if (device_ == nullptr || device_->read_only_fd() < 0) {
+    // The job's own arena, never the daemon's whole device memory.
+    absl::StatusOr<JobArenaShare> share = absl::FailedPreconditionError("this daemon has no device tier");
+    if (device_ != nullptr) share = device_->tier()->Share(JobId(session->job->id()));
+    if (!share.ok() || !share->read_only_fd.valid()) {
       (void)SendWithFds(connection.get(),
-                        "ERR this daemon's device arena is not shared over the fd socket (none, or CUDA IPC: see "
-                        "AttachRankResponse.device)",
+                        absl::StrCat("ERR the job's device arena is not shared over the fd socket (",
+                                     share.ok() ? std::string("CUDA IPC: see AttachRankResponse.device")
+                                                : std::string(share.status().message()),
+                                     ")"),
                         {});
       return;
     }
-    absl::StrAppend(&reply, " device ", device_->capacity_bytes());
-    fds.push_back(device_->read_only_fd());
+    absl::StrAppend(&reply, " device ", share->bytes);
+    fds.push_back(share->read_only_fd.get());
+    // Sent before `share` (and its descriptor) goes out of scope.
+    (void)SendWithFds(connection.get(), reply, fds);
+    return;
   }
   (void)SendWithFds(connection.get(), reply, fds);
 }

@@ -6,7 +6,8 @@
 // or "ERR <why>". A rank of a job with a device budget on a daemon with an
 // emulated device tier may add " device" (after " doorbell", if any): the
 // reply then ends in " device <arena bytes>" and carries, last, a read-only
-// descriptor of the device arena's memfd (daemon/device_arena.h). Each connection is served on its own short-lived thread,
+// descriptor of the job's own device arena memfd (daemon/job_device_tier.h;
+// never another job's). Each connection is served on its own short-lived thread,
 // so a client that connects and says nothing (each waits at most 5 s)
 // cannot hold up other ranks; at most 64 at once, more are refused.
 //

@@ -21,8 +21,15 @@ uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(uint64_t id, JobSettings settings, JobServices services) {
   if (services.optimizer == nullptr) return absl::InternalError("job created without a CPU optimizer");
+  std::unique_ptr<JobDeviceArena> device_arena;
+  if (settings.device_budget_bytes > 0 && services.device != nullptr) {
+    // The job's own device memory, of its budget: shared with its trainers
+    // only (a trainer never maps another job's params).
+    STRATA_ASSIGN_OR_RETURN(device_arena, services.device->OpenJob(JobId(id), settings.device_budget_bytes));
+  }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StepPipeline> pipeline, MakeStepPipeline(id, settings, services));
   std::unique_ptr<Job> job(new Job(id, std::move(settings), services, std::move(pipeline)));
+  job->device_arena_ = std::move(device_arena);
   if (job->workers_ == nullptr) {
     STRATA_ASSIGN_OR_RETURN(job->own_workers_, ThreadPoolExecutor::Create(1));
     job->workers_ = job->own_workers_.get();

@@ -35,6 +35,7 @@
 #include "daemon/doorbell.h"
 #include "daemon/exchange_window.h"
 #include "daemon/grad_spill.h"
+#include "daemon/job_device_tier.h"
 #include "daemon/job_record.h"
 #include "daemon/job_settings.h"
 #include "daemon/loss_scaler.h"
@@ -107,9 +108,10 @@ struct JobServices {
   TransferExecutor* workers = nullptr;
   // The per-bucket signal path (daemon/doorbell.h); nullptr: gRPC only.
   DoorbellHub* doorbells = nullptr;
-  // The daemon's device tier (virtual GPU memory: daemon/device_arena.h);
+  // The daemon's device tier (virtual GPU memory: daemon/device_arena.h),
+  // which carves a job with a device budget its own arena (Job::Create);
   // nullptr when the daemon runs without one (--device none).
-  Tier* device = nullptr;
+  JobDeviceTier* device = nullptr;
   // The daemon's one tiered store for Infinity params (daemon/param_store.h);
   // nullptr: each Infinity job keeps a store of its own (tests, tools).
   ParamStore* params = nullptr;
@@ -377,6 +379,10 @@ class Job {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // The pool the job's items run on: services_.workers, or own_workers_.
   std::unique_ptr<ThreadPoolExecutor> own_workers_;
+  // The job's own arena in the device tier (a job with a device budget on a
+  // daemon with one); its trainers map it and nothing else. Released with
+  // the job (the tier frees it once the job's last slot is gone).
+  std::unique_ptr<JobDeviceArena> device_arena_;
   TransferExecutor* workers_ = nullptr;
   bool turn_scheduled_ ABSL_GUARDED_BY(mu_) = false;  // a turn is queued on the pool or running
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;         // Stop returned: no more turns

@@ -19,7 +19,7 @@
 #include "swap/extent_store.h"
 #include "swap/io_engine.h"
 #include "swap/testing/test_dir.h"
-#include "tiers/device_tier.h"
+#include "daemon/job_device_tier.h"
 #include "tiers/emulated_device.h"
 #include "tiers/transfer_executor.h"
 
@@ -67,12 +67,13 @@ class JobTiersTest : public ::testing::Test {
     nvme_ = std::move(*store);
     EmulatedDeviceOptions device_options;
     device_options.capacity_bytes = 1 << 20;
+    device_options.shared_memory = true;  // job arenas are memfds, as in the daemon
     auto device = EmulatedDevice::Create(device_options);
     ASSERT_TRUE(device.ok()) << device.status();
     device_ = std::move(*device);
-    DeviceTierOptions tier_options;
+    JobDeviceTierOptions tier_options;
     tier_options.capacity_bytes = 1 << 20;
-    auto tier = DeviceTier::Create(device_.get(), tier_options);
+    auto tier = JobDeviceTier::Create(device_.get(), tier_options);
     ASSERT_TRUE(tier.ok()) << tier.status();
     device_tier_ = std::move(*tier);
     auto ps = ParamStore::Create(nvme_.get(), device_tier_.get(), {});
@@ -139,7 +140,7 @@ class JobTiersTest : public ::testing::Test {
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<ExtentStore> nvme_;
   std::unique_ptr<EmulatedDevice> device_;
-  std::unique_ptr<DeviceTier> device_tier_;
+  std::unique_ptr<JobDeviceTier> device_tier_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<ThreadPoolExecutor> workers_;
   std::vector<std::pair<void*, uint64_t>> maps_;

@@ -178,17 +178,19 @@ grpc::Status StrataService::AttachRank(grpc::ServerContext* context, const strat
   response->set_registered(attached->job->registered());
   response->set_step(attached->job->next_step());
   if (ctx_.device != nullptr && attached->job->settings().device_budget_bytes > 0) {
-    // Once per session: how this rank maps the device arena.
-    const DeviceExport& share = ctx_.device->share();
+    // Once per session: how this rank maps its job's own device arena (no
+    // other job's memory is reachable through it).
+    auto share = ctx_.device->tier()->Share(JobId(attached->job->id()));
+    if (!share.ok()) return ToGrpcStatus(share.status());
     auto* device = response->mutable_device();
-    device->set_bytes(ctx_.device->capacity_bytes());
-    if (share.kind == DeviceExport::Kind::kMemfd) {
+    device->set_bytes(share->bytes);
+    if (share->device.kind == DeviceExport::Kind::kMemfd) {
       device->set_kind("memfd");
     } else {
       device->set_kind("cuda_ipc");
-      device->set_cuda_ipc_handle(share.cuda_ipc_handle);
-      device->set_cuda_offset(share.offset);
-      device->set_device_ordinal(share.device_ordinal);
+      device->set_cuda_ipc_handle(share->device.cuda_ipc_handle);
+      device->set_cuda_offset(share->device.offset);
+      device->set_device_ordinal(share->device.device_ordinal);
     }
   }
   return grpc::Status::OK;

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -193,7 +194,9 @@ TEST(DaemonDeviceTest, TheEmulatedArenaIsMappedOnceReadOnlyAndOnlyByJobsWithABud
   ASSERT_TRUE((*with)->RegisterTensors(tensors).ok());
   const DeviceArenaView& arena = (*with)->device_arena();
   ASSERT_EQ(arena.kind, DeviceArenaView::Kind::kMemfd) << (*with)->device_error();
-  EXPECT_EQ(arena.bytes, 256u << 10);
+  // The job's own arena (twice its budget: fragmentation headroom), not the
+  // daemon's capacity.
+  EXPECT_EQ(arena.bytes, 192u << 10);
   ASSERT_NE(arena.host, nullptr);
   // Read-only: the descriptor itself is, so even mprotect cannot make the
   // mapping writable (a trainer cannot write shards behind the daemon).
@@ -216,6 +219,154 @@ TEST(DaemonDeviceTest, TheEmulatedArenaIsMappedOnceReadOnlyAndOnlyByJobsWithABud
   EXPECT_NE(device.status().message().find("no device budget"), std::string::npos) << device.status();
   EXPECT_EQ((*without)->Acquire({0}, TierKind::kNvme).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(daemon.running());
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+// A one-rank Infinity job with a device budget whose params are
+// `base + tensor * 8192 + element` (exact in fp32), initialized and its two
+// shards acquired into the device tier.
+struct DeviceJob {
+  std::unique_ptr<RankSession> rank;
+  std::vector<ShardPlace> places;
+};
+
+const std::vector<TensorDesc>& ArenaTensors() {
+  static const std::vector<TensorDesc> tensors = {{"w", 4096}, {"b", 64}};
+  return tensors;
+}
+
+void StartDeviceJob(StrataClient& client, const std::string& name, uint64_t budget, float base, DeviceJob* out) {
+  JobSpec spec = DeviceSpec(name, budget);
+  spec.world_size = 1;
+  ASSERT_TRUE(client.CreateJob(spec).ok()) << name;
+  auto rank = client.Attach(name, 0);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  out->rank = std::move(*rank);
+  ASSERT_TRUE(out->rank->RegisterTensors(ArenaTensors()).ok());
+  for (ShardView& shard : out->rank->shards()) {
+    FillOwned(shard, shard.param, [base](uint64_t t, uint64_t e) { return base + static_cast<float>(t * 8192 + e); });
+  }
+  ASSERT_TRUE(out->rank->InitParams().ok());
+  std::vector<uint32_t> all;
+  for (uint32_t i = 0; i < out->rank->shards().size(); ++i) all.push_back(i);
+  auto places = out->rank->Acquire(all, TierKind::kDevice);
+  ASSERT_TRUE(places.ok()) << places.status();
+  out->places = *places;
+}
+
+// How many fp32 words of `bytes` hold a param of the job whose values start
+// at `base` (values base .. base + 2 * 8192).
+uint64_t WordsOf(absl::Span<const std::byte> bytes, float base) {
+  uint64_t n = 0;
+  for (size_t i = 0; i + sizeof(float) <= bytes.size(); i += sizeof(float)) {
+    float f;
+    std::memcpy(&f, bytes.data() + i, sizeof(f));
+    n += (f >= base && f < base + 2 * 8192) ? 1 : 0;
+  }
+  return n;
+}
+
+TEST(DaemonDeviceTest, EachTrainerMapsOnlyItsOwnJobsArena) {
+  CleanDaemon daemon(MakeTestDir("device", "isolation"));
+  ASSERT_TRUE(daemon.Start({"--device_capacity", "256KiB"}));
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  constexpr float kAlpha = 1'000'000.0f;
+  constexpr float kBeta = 2'000'000.0f;
+  DeviceJob alpha, beta;
+  StartDeviceJob(*client, "alpha", 64 << 10, kAlpha, &alpha);
+  StartDeviceJob(*client, "beta", 96 << 10, kBeta, &beta);
+  if (HasFatalFailure()) return;
+  const DeviceArenaView& a = alpha.rank->device_arena();
+  const DeviceArenaView& b = beta.rank->device_arena();
+  ASSERT_EQ(a.kind, DeviceArenaView::Kind::kMemfd) << alpha.rank->device_error();
+  ASSERT_EQ(b.kind, DeviceArenaView::Kind::kMemfd) << beta.rank->device_error();
+  // Each arena is its own job's: twice its budget (fragmentation headroom;
+  // the store keeps what is resident within the budget).
+  EXPECT_EQ(a.bytes, 128u << 10);
+  EXPECT_EQ(b.bytes, 192u << 10);
+  // Each job's shards are where the daemon said, in its own arena, bit for bit.
+  for (DeviceJob* job : {&alpha, &beta}) {
+    const float base = job == &alpha ? kAlpha : kBeta;
+    for (const ShardPlace& place : job->places) {
+      ASSERT_EQ(place.tier, TierKind::kDevice);
+      auto bytes = job->rank->PlacedBytes(place);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      const ShardView& shard = job->rank->shards()[place.index];
+      for (const OwnedRange& r : shard.ranges) {
+        float f;
+        std::memcpy(&f, bytes->data() + r.shard_offset * sizeof(float), sizeof(f));
+        EXPECT_EQ(f, base + static_cast<float>(r.tensor.value() * 8192 + r.tensor_offset));
+      }
+    }
+  }
+  // The attacker's view: every byte a trainer can map holds its own job's
+  // params or nothing -- never a word of the other job's.
+  const absl::Span<const std::byte> a_all(a.host, a.bytes), b_all(b.host, b.bytes);
+  EXPECT_GT(WordsOf(a_all, kAlpha), 4000u);
+  EXPECT_GT(WordsOf(b_all, kBeta), 4000u);
+  EXPECT_EQ(WordsOf(a_all, kBeta), 0u);
+  EXPECT_EQ(WordsOf(b_all, kAlpha), 0u);
+  // Raw AttachRank: the share names the caller's job's arena only.
+  Raw raw(daemon.socket());
+  v1::AttachRankRequest request;
+  request.set_job("beta");
+  request.set_rank(0);
+  v1::AttachRankResponse response;
+  ASSERT_TRUE(raw.Call(&v1::Strata::Stub::AttachRank, request, &response).ok());
+  EXPECT_EQ(response.device().kind(), "memfd");
+  EXPECT_EQ(response.device().bytes(), 192u << 10);
+
+  // A deleted job's arena is freed and its budget comes back: 256 - 96 KiB
+  // fits only once alpha's 64 KiB is returned.
+  JobSpec big = DeviceSpec("gamma", 160 << 10);
+  big.world_size = 1;
+  EXPECT_EQ(client->CreateJob(big).status().code(), absl::StatusCode::kResourceExhausted);
+  alpha.rank.reset();
+  ASSERT_TRUE(client->DeleteJob("alpha").ok());
+  auto gamma = client->CreateJob(big);
+  EXPECT_TRUE(gamma.ok()) << gamma.status();
+  EXPECT_TRUE(daemon.running());
+  beta.rank.reset();
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+TEST(DaemonDeviceTest, ARestartedJobGetsAFreshArenaFilledFromNvme) {
+  CleanDaemon daemon(MakeTestDir("device", "restart"));
+  ASSERT_TRUE(daemon.Start({"--device_capacity", "256KiB"}));
+  constexpr float kBase = 3'000'000.0f;
+  {
+    auto client = daemon.Connect();
+    ASSERT_NE(client, nullptr);
+    DeviceJob job;
+    StartDeviceJob(*client, "phoenix", 64 << 10, kBase, &job);
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(job.rank->Release({0, 1}).ok());
+  }
+  ASSERT_EQ(daemon.Stop(), 0);
+  ASSERT_TRUE(daemon.Start({"--device_capacity", "256KiB"}));
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  auto rank = client->Attach("phoenix", 0);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  ASSERT_TRUE((*rank)->RegisterTensors(ArenaTensors()).ok());
+  const DeviceArenaView& arena = (*rank)->device_arena();
+  ASSERT_EQ(arena.kind, DeviceArenaView::Kind::kMemfd) << (*rank)->device_error();
+  EXPECT_EQ(arena.bytes, 128u << 10);
+  // Fresh: nothing of the old daemon's arena before anything is acquired.
+  EXPECT_EQ(WordsOf(absl::Span<const std::byte>(arena.host, arena.bytes), kBase), 0u);
+  auto places = (*rank)->Acquire({0, 1}, TierKind::kDevice);
+  ASSERT_TRUE(places.ok()) << places.status();
+  for (const ShardPlace& place : *places) {
+    auto bytes = (*rank)->PlacedBytes(place);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    for (const OwnedRange& r : (*rank)->shards()[place.index].ranges) {
+      float f;
+      std::memcpy(&f, bytes->data() + r.shard_offset * sizeof(float), sizeof(f));
+      EXPECT_EQ(f, kBase + static_cast<float>(r.tensor.value() * 8192 + r.tensor_offset));
+    }
+  }
+  rank->reset();
   EXPECT_EQ(daemon.Stop(), 0);
 }
 

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -250,6 +251,20 @@ TEST(SecurityTest, AnotherUidCannotListAttachDeleteDrainOrSaveOthersJobs) {
   const uint64_t session = ReadyJob(raw, "roots");
   ASSERT_NE(session, 0u);
   ASSERT_TRUE(raw.Save("roots", "roots-ckpt").ok());
+  {
+    // A job with a device arena of its own, which the other uid must not reach.
+    v1::CreateJobRequest create;
+    create.set_name("roots-device");
+    create.set_world_size(1);
+    create.set_mode(v1::MODE_INFINITY);
+    create.set_deepspeed_config_json(kInfinity);
+    create.set_param_dtype("fp32");
+    create.set_grad_dtype("fp32");
+    create.set_device_budget_bytes(128 << 10);
+    v1::CreateJobResponse created;
+    grpc::Status made = raw.Call(&v1::Strata::Stub::CreateJob, create, &created);
+    ASSERT_TRUE(made.ok()) << made.error_message();
+  }
   struct stat st {};
   ASSERT_EQ(stat(daemon.socket().c_str(), &st), 0);
   EXPECT_EQ(st.st_gid, getgrnam("nogroup")->gr_gid);
@@ -273,7 +288,7 @@ TEST(SecurityTest, AnotherUidCannotListAttachDeleteDrainOrSaveOthersJobs) {
   EXPECT_TRUE(raw.Heartbeat(session).ok());
   auto jobs = raw.ListJobs();
   ASSERT_TRUE(jobs.ok());
-  EXPECT_EQ(jobs->size(), 2u);
+  EXPECT_EQ(jobs->size(), 4u);  // roots, roots-device, nobodys, nobodys-device
   EXPECT_TRUE(daemon.running());
   EXPECT_EQ(daemon.Stop(), 0);
 }
@@ -306,6 +321,41 @@ TEST(SecurityTest, OtherUidSide) {
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_EQ((*jobs)[0], "nobodys");
+  // Its device memory is its own job's arena, twice its budget: a file of
+  // that size (nothing else to map), read-only, holding nothing of anyone's
+  // (the root side's job has a device budget of its own).
+  v1::CreateJobRequest create;
+  create.set_name("nobodys-device");
+  create.set_world_size(1);
+  create.set_mode(v1::MODE_INFINITY);
+  create.set_deepspeed_config_json(kInfinity);
+  create.set_param_dtype("fp32");
+  create.set_grad_dtype("fp32");
+  create.set_device_budget_bytes(64 << 10);
+  v1::CreateJobResponse created;
+  grpc::Status made = other.Call(&v1::Strata::Stub::CreateJob, create, &created);
+  ASSERT_TRUE(made.ok()) << made.error_message();
+  EXPECT_EQ(other.Attach("roots-device").status().code(), absl::StatusCode::kPermissionDenied);
+  auto attached = other.Attach("nobodys-device");
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  EXPECT_EQ(attached->device().kind(), "memfd");
+  EXPECT_EQ(attached->device().bytes(), 128u << 10);  // twice its budget: fragmentation headroom
+  ASSERT_TRUE(other.Register(attached->session_id(), {{"w", 1000}}).ok());
+  auto sock = ConnectUnix(attached->fd_socket_path());
+  ASSERT_TRUE(sock.ok()) << sock.status();
+  ASSERT_TRUE(SendWithFds(sock->get(), absl::StrCat(attached->fd_token(), " device"), {}).ok());
+  auto reply = ReceiveWithFds(sock->get(), 1024, absl::Seconds(30));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->fds.size(), 2u) << reply->bytes;
+  EXPECT_NE(reply->bytes.find(absl::StrCat(" device ", 128 << 10)), std::string::npos) << reply->bytes;
+  const int arena = reply->fds.back().get();
+  struct stat st {};
+  ASSERT_EQ(fstat(arena, &st), 0);
+  EXPECT_EQ(st.st_size, 128 << 10);
+  EXPECT_EQ(fcntl(arena, F_GETFL) & O_ACCMODE, O_RDONLY);
+  std::vector<char> bytes(128 << 10, 1);
+  ASSERT_EQ(pread(arena, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  EXPECT_EQ(std::count(bytes.begin(), bytes.end(), 0), static_cast<std::ptrdiff_t>(bytes.size()));
 }
 
 // Issue 11, item 8: a group-writable socket directory was accepted.

@@ -18,6 +18,11 @@ struct CudaDeviceOptions {
   // One cudaMalloc of this size at creation; Allocate sub-allocates from it so
   // steady state never calls cudaMalloc/cudaFree (both synchronize the device).
   uint64_t arena_bytes = 256ull << 20;
+  // arena_bytes 0: no shared arena; each Allocate is its own cudaMalloc (and
+  // Export its own IPC handle, which opens that buffer and nothing else),
+  // bounded by capacity_bytes (> 0). For a daemon that shares one buffer per
+  // job with that job's trainers only (daemon/job_device_tier.h).
+  uint64_t capacity_bytes = 0;
 };
 
 // Unimplemented when built without CUDA; FailedPrecondition when the driver

@@ -42,6 +42,16 @@ struct CudaFactory {
   }
 };
 
+// No shared arena: a cudaMalloc per buffer (the daemon's per-job arenas).
+struct CudaPerBufferFactory {
+  static absl::StatusOr<std::unique_ptr<Device>> Make(uint64_t capacity) {
+    CudaDeviceOptions options;
+    options.arena_bytes = 0;
+    options.capacity_bytes = capacity;
+    return NewCudaDevice(options);
+  }
+};
+
 template <typename Factory>
 class DeviceConformanceTest : public ::testing::Test {
  protected:
@@ -60,7 +70,7 @@ class DeviceConformanceTest : public ::testing::Test {
   std::unique_ptr<Device> device_;
 };
 
-using Factories = ::testing::Types<EmulatedFactory, SharedEmulatedFactory, CudaFactory>;
+using Factories = ::testing::Types<EmulatedFactory, SharedEmulatedFactory, CudaFactory, CudaPerBufferFactory>;
 TYPED_TEST_SUITE(DeviceConformanceTest, Factories);
 
 TYPED_TEST(DeviceConformanceTest, CopiesRoundTripThroughDeviceMemory) {

@@ -1,5 +1,6 @@
 // CudaDevice: the Device over the CUDA runtime. One cudaMalloc arena per
-// device, sub-allocated with SlotAllocator; cudaMemcpyAsync on non-blocking
+// device, sub-allocated with SlotAllocator (or, with arena_bytes 0, one
+// cudaMalloc per buffer, so each buffer's IPC handle opens only it); cudaMemcpyAsync on non-blocking
 // streams; events created per record and destroyed once waited for.
 #include <cuda_runtime_api.h>
 
@@ -26,10 +27,12 @@ constexpr uint64_t kSlotAlignment = 256;
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, DeviceInfo info, void* arena, uint64_t arena_bytes)
+  // `arena` null: a cudaMalloc per buffer, up to `capacity_bytes`.
+  CudaDevice(int ordinal, DeviceInfo info, void* arena, uint64_t arena_bytes, uint64_t capacity_bytes)
       : ordinal_(ordinal),
         info_(std::move(info)),
         arena_(static_cast<std::byte*>(arena)),
+        capacity_bytes_(capacity_bytes),
         allocator_(arena_bytes, kSlotAlignment) {}
 
   ~CudaDevice() override {
@@ -37,6 +40,9 @@ class CudaDevice final : public Device {
     cudaSetDevice(ordinal_);
     for (cudaStream_t s : streams_) cudaStreamDestroy(s);
     for (auto& [id, e] : events_) cudaEventDestroy(e);
+    if (arena_ == nullptr) {
+      for (auto& [handle, range] : ranges_) cudaFree(reinterpret_cast<void*>(handle));
+    }
     cudaFree(arena_);
   }
 
@@ -44,12 +50,13 @@ class CudaDevice final : public Device {
 
   uint64_t allocated_bytes() const override {
     absl::MutexLock lock(&mu_);
-    return allocator_.used_bytes();
+    return arena_ == nullptr ? own_bytes_ : allocator_.used_bytes();
   }
 
   absl::StatusOr<DeviceBuffer> Allocate(uint64_t size_bytes) override {
     if (size_bytes == 0) return absl::InvalidArgumentError("CUDA device: allocating 0 bytes");
     absl::MutexLock lock(&mu_);
+    if (arena_ == nullptr) return AllocateOwnLocked(size_bytes);
     auto range = allocator_.Allocate(size_bytes);
     if (!range.ok()) {
       return absl::ResourceExhaustedError(
@@ -64,7 +71,15 @@ class CudaDevice final : public Device {
     absl::MutexLock lock(&mu_);
     auto it = ranges_.find(buffer.handle);
     if (it == ranges_.end()) return;
-    allocator_.Free(it->second);
+    if (arena_ == nullptr) {
+      // Errors cannot be reported; cudaFree synchronizes, which is fine for
+      // a buffer freed when a job goes.
+      cudaSetDevice(ordinal_);
+      cudaFree(reinterpret_cast<void*>(buffer.handle));
+      own_bytes_ -= it->second.size_bytes;
+    } else {
+      allocator_.Free(it->second);
+    }
     ranges_.erase(it);
   }
 
@@ -112,21 +127,23 @@ class CudaDevice final : public Device {
     return EventId{id};
   }
 
-  // The IPC handle of the whole cudaMalloc arena (IPC handles name a
-  // cudaMalloc allocation, not a range in it) and the buffer's offset there.
+  // The IPC handle of the cudaMalloc allocation holding the buffer (IPC
+  // handles name an allocation, not a range in it) and the buffer's offset
+  // there: the whole device arena, or, without one, the buffer itself.
   absl::StatusOr<DeviceExport> Export(DeviceBuffer buffer) const override {
     {
       absl::MutexLock lock(&mu_);
       if (!ranges_.contains(buffer.handle)) return absl::InvalidArgumentError("CUDA device: unknown buffer");
     }
     STRATA_RETURN_IF_ERROR(CudaToStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    std::byte* const base = arena_ != nullptr ? arena_ : reinterpret_cast<std::byte*>(buffer.handle);
     cudaIpcMemHandle_t handle;
-    STRATA_RETURN_IF_ERROR(CudaToStatus(cudaIpcGetMemHandle(&handle, arena_), "cudaIpcGetMemHandle of the arena"));
+    STRATA_RETURN_IF_ERROR(CudaToStatus(cudaIpcGetMemHandle(&handle, base), "cudaIpcGetMemHandle"));
     DeviceExport out;
     out.kind = DeviceExport::Kind::kCudaIpc;
     out.cuda_ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
     out.device_ordinal = ordinal_;
-    out.offset = buffer.handle - reinterpret_cast<uint64_t>(arena_);
+    out.offset = buffer.handle - reinterpret_cast<uint64_t>(base);
     out.bytes = buffer.size_bytes;
     return out;
   }
@@ -150,6 +167,23 @@ class CudaDevice final : public Device {
   }
 
  private:
+  absl::StatusOr<DeviceBuffer> AllocateOwnLocked(uint64_t size_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (size_bytes > capacity_bytes_ - own_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat(info_.name, ": ", FormatBytes(size_bytes), " requested, ",
+                                                       FormatBytes(capacity_bytes_ - own_bytes_), " of ",
+                                                       FormatBytes(capacity_bytes_), " free"));
+    }
+    STRATA_RETURN_IF_ERROR(CudaToStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    void* memory = nullptr;
+    absl::Status status = CudaToStatus(cudaMalloc(&memory, size_bytes),
+                                       absl::StrCat("allocating ", FormatBytes(size_bytes), " on cuda:", ordinal_));
+    if (!status.ok()) return absl::ResourceExhaustedError(status.message());
+    const uint64_t handle = reinterpret_cast<uint64_t>(memory);
+    ranges_[handle] = SlotRange{0, size_bytes};
+    own_bytes_ += size_bytes;
+    return DeviceBuffer{handle, size_bytes};
+  }
+
   absl::StatusOr<cudaStream_t> Stream(StreamId id) {
     absl::MutexLock lock(&mu_);
     if (id.value == 0 || id.value > streams_.size()) {
@@ -173,7 +207,8 @@ class CudaDevice final : public Device {
 
   const int ordinal_;
   const DeviceInfo info_;
-  std::byte* const arena_;
+  std::byte* const arena_;  // null: a cudaMalloc per buffer
+  const uint64_t capacity_bytes_;
 
   mutable absl::Mutex mu_;
   SlotAllocator allocator_ ABSL_GUARDED_BY(mu_);
@@ -181,6 +216,7 @@ class CudaDevice final : public Device {
   std::vector<cudaStream_t> streams_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, cudaEvent_t> events_ ABSL_GUARDED_BY(mu_);
   uint64_t next_event_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t own_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // per-buffer mode: allocated
 };
 
 }  // namespace
@@ -200,14 +236,27 @@ absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(const CudaDeviceOptions& o
     return absl::FailedPreconditionError(absl::StrCat(
         "CUDA device ", options.device_ordinal, " requested but ", count, " visible"));
   }
-  if (options.arena_bytes == 0 || options.arena_bytes % kSlotAlignment != 0) {
+  if (options.arena_bytes % kSlotAlignment != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("CUDA device: arena_bytes must be a positive multiple of ", kSlotAlignment));
+        absl::StrCat("CUDA device: arena_bytes must be a multiple of ", kSlotAlignment));
+  }
+  if (options.arena_bytes == 0 && options.capacity_bytes == 0) {
+    return absl::InvalidArgumentError("CUDA device: without an arena (arena_bytes 0), capacity_bytes must be positive");
   }
   STRATA_RETURN_IF_ERROR(CudaToStatus(cudaSetDevice(options.device_ordinal), "cudaSetDevice"));
   cudaDeviceProp prop;
   STRATA_RETURN_IF_ERROR(CudaToStatus(
       cudaGetDeviceProperties(&prop, options.device_ordinal), "cudaGetDeviceProperties"));
+  if (options.arena_bytes == 0) {
+    if (options.capacity_bytes > prop.totalGlobalMem) {
+      return absl::ResourceExhaustedError(absl::StrCat("CUDA device: capacity ", FormatBytes(options.capacity_bytes),
+                                                       " exceeds cuda:", options.device_ordinal, "'s ",
+                                                       FormatBytes(prop.totalGlobalMem)));
+    }
+    DeviceInfo info{absl::StrCat(prop.name, " (cuda:", options.device_ordinal, ")"), options.capacity_bytes};
+    return std::unique_ptr<Device>(
+        new CudaDevice(options.device_ordinal, std::move(info), nullptr, 0, options.capacity_bytes));
+  }
   void* arena = nullptr;
   STRATA_RETURN_IF_ERROR(CudaToStatus(
       cudaMalloc(&arena, options.arena_bytes),
@@ -216,7 +265,7 @@ absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(const CudaDeviceOptions& o
   DeviceInfo info{absl::StrCat(prop.name, " (cuda:", options.device_ordinal, ")"),
                   options.arena_bytes};
   return std::unique_ptr<Device>(
-      new CudaDevice(options.device_ordinal, std::move(info), arena, options.arena_bytes));
+      new CudaDevice(options.device_ordinal, std::move(info), arena, options.arena_bytes, options.arena_bytes));
 }
 
 }  // namespace strata
