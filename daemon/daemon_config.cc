@@ -152,7 +152,8 @@ absl::StatusOr<DaemonSettings> ResolveDaemonSettings(const strata::v1::DaemonCon
   }
   STRATA_ASSIGN_OR_RETURN(s.device_capacity_bytes,
                           SizeField(c.device_capacity(), "1GiB", "device_capacity"));
-  // The device tier is one arena of this size (daemon/device_arena.h),
+  // Jobs' device budgets are admitted against this capacity; each job gets an
+  // arena of its own (daemon/device_arena.h, daemon/job_device_tier.h),
   // sub-allocated in 4 KiB slots.
   if (s.device != DeviceChoice::kNone &&
       (s.device_capacity_bytes == 0 || s.device_capacity_bytes % 4096 != 0 ||
