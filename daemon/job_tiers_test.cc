@@ -18,7 +18,7 @@
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "swap/extent_store.h"
 #include "swap/io_engine.h"
-#include "swap/testing/test_dir.h"
+#include "swap/testing/scratch_extent_store.h"
 #include "daemon/job_device_tier.h"
 #include "tiers/emulated_device.h"
 #include "tiers/transfer_executor.h"
@@ -51,20 +51,10 @@ class JobTiersTest : public ::testing::Test {
     auto opt = CpuOptimizer::Create({});
     ASSERT_TRUE(opt.ok()) << opt.status();
     optimizer_ = std::move(*opt);
-    auto dir = TestDir::Create("job_tiers");
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dir_.emplace(std::move(*dir));
-    auto engine = NewPsyncEngine({});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-    ExtentStoreOptions options;
-    options.paths = {dir_->path()};
-    options.capacity_bytes_per_path = 64 << 20;
-    options.sync_policy = SyncPolicy::kNever;
-    options.allow_buffered_fallback = true;
-    auto store = ExtentStore::Open(options, engine_.get());
-    ASSERT_TRUE(store.ok()) << store.status();
-    nvme_ = std::move(*store);
+    auto scratch = ScratchExtentStore::Create("job_tiers", 64 << 20);
+    ASSERT_TRUE(scratch.ok()) << scratch.status();
+    scratch_ = std::move(*scratch);
+    nvme_ = scratch_->store();
     EmulatedDeviceOptions device_options;
     device_options.capacity_bytes = 1 << 20;
     device_options.shared_memory = true;  // job arenas are memfds, as in the daemon
@@ -76,7 +66,7 @@ class JobTiersTest : public ::testing::Test {
     auto tier = JobDeviceTier::Create(device_.get(), tier_options);
     ASSERT_TRUE(tier.ok()) << tier.status();
     device_tier_ = std::move(*tier);
-    auto ps = ParamStore::Create(nvme_.get(), device_tier_.get(), {});
+    auto ps = ParamStore::Create(nvme_, device_tier_.get(), {});
     ASSERT_TRUE(ps.ok()) << ps.status();
     params_ = std::move(*ps);
     auto pool = ThreadPoolExecutor::Create(2);
@@ -90,7 +80,7 @@ class JobTiersTest : public ::testing::Test {
   JobServices Services() {
     JobServices services;
     services.optimizer = optimizer_.get();
-    services.nvme = nvme_.get();
+    services.nvme = nvme_;
     services.workers = workers_.get();
     services.device = device_tier_.get();
     services.params = params_.get();
@@ -136,9 +126,8 @@ class JobTiersTest : public ::testing::Test {
   }
 
   std::unique_ptr<CpuOptimizer> optimizer_;
-  std::optional<TestDir> dir_;
-  std::unique_ptr<IoEngine> engine_;
-  std::unique_ptr<ExtentStore> nvme_;
+  std::unique_ptr<ScratchExtentStore> scratch_;
+  ExtentStore* nvme_ = nullptr;  // scratch_'s
   std::unique_ptr<EmulatedDevice> device_;
   std::unique_ptr<JobDeviceTier> device_tier_;
   std::unique_ptr<ParamStore> params_;

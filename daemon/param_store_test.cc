@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "swap/extent_store.h"
 #include "swap/io_engine.h"
-#include "swap/testing/test_dir.h"
+#include "swap/testing/scratch_extent_store.h"
 #include "tiers/device_tier.h"
 #include "tiers/emulated_device.h"
 #include "tiers/pinned_arena.h"
@@ -53,20 +53,10 @@ struct Window {
 class ParamStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto dir = TestDir::Create("param_store");
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dir_.emplace(std::move(*dir));
-    auto engine = NewPsyncEngine({});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-    ExtentStoreOptions options;
-    options.paths = {dir_->path()};
-    options.capacity_bytes_per_path = 16 << 20;
-    options.sync_policy = SyncPolicy::kNever;
-    options.allow_buffered_fallback = true;
-    auto store = ExtentStore::Open(options, engine_.get());
-    ASSERT_TRUE(store.ok()) << store.status();
-    nvme_ = std::move(*store);
+    auto scratch = ScratchExtentStore::Create("param_store", 16 << 20);
+    ASSERT_TRUE(scratch.ok()) << scratch.status();
+    scratch_ = std::move(*scratch);
+    nvme_ = scratch_->store();
     EmulatedDeviceOptions device_options;
     device_options.capacity_bytes = 16 * kSlot;
     auto device = EmulatedDevice::Create(device_options);
@@ -83,7 +73,7 @@ class ParamStoreTest : public ::testing::Test {
     ParamStoreOptions options;
     options.pinned_capacity_bytes = pinned_capacity;
     options.io_threads = 2;
-    auto ps = ParamStore::Create(nvme_.get(), with_device ? device_tier_.get() : nullptr, options);
+    auto ps = ParamStore::Create(nvme_, with_device ? device_tier_.get() : nullptr, options);
     EXPECT_TRUE(ps.ok()) << ps.status();
     return std::move(*ps);
   }
@@ -117,9 +107,8 @@ class ParamStoreTest : public ::testing::Test {
     return out;
   }
 
-  std::optional<TestDir> dir_;
-  std::unique_ptr<IoEngine> engine_;
-  std::unique_ptr<ExtentStore> nvme_;
+  std::unique_ptr<ScratchExtentStore> scratch_;
+  ExtentStore* nvme_ = nullptr;  // scratch_'s
   std::unique_ptr<EmulatedDevice> device_;
   std::unique_ptr<DeviceTier> device_tier_;
 };

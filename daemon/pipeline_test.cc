@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "swap/extent_store.h"
 #include "swap/io_engine.h"
-#include "swap/testing/test_dir.h"
+#include "swap/testing/scratch_extent_store.h"
 #include "tiers/transfer_executor.h"
 
 namespace strata {
@@ -75,28 +75,17 @@ TEST(StepPipelineTest, OffloadPinsTheRegionAndTheHostStates) {
 class InfinityPipelineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto dir = TestDir::Create("pipeline");
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dir_.emplace(std::move(*dir));
-    auto engine = NewPsyncEngine({});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-    ExtentStoreOptions options;
-    options.paths = {dir_->path()};
-    options.capacity_bytes_per_path = 16 << 20;
-    options.sync_policy = SyncPolicy::kNever;
-    options.allow_buffered_fallback = true;
-    auto store = ExtentStore::Open(options, engine_.get());
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
+    auto scratch = ScratchExtentStore::Create("pipeline", 16 << 20);
+    ASSERT_TRUE(scratch.ok()) << scratch.status();
+    scratch_ = std::move(*scratch);
+    store_ = scratch_->store();
     auto workers = ThreadPoolExecutor::Create(1);
     ASSERT_TRUE(workers.ok());
     workers_ = std::move(*workers);
   }
 
-  std::optional<TestDir> dir_;
-  std::unique_ptr<IoEngine> engine_;
-  std::unique_ptr<ExtentStore> store_;
+  std::unique_ptr<ScratchExtentStore> scratch_;
+  ExtentStore* store_ = nullptr;  // scratch_'s
   std::unique_ptr<ThreadPoolExecutor> workers_;
 };
 
@@ -106,7 +95,7 @@ TEST_F(InfinityPipelineTest, AGradientOverTheBudgetIsSpilledAndComesBackBitForBi
   // A budget of 1 byte is raised to the floor: two param slots and a gradient
   // (3 pages), so four one-page gradients cannot all stay.
   InfinityPipeline pipeline(/*job_id=*/9, "spill", /*world_size=*/1, dtypes, /*pinned_budget_bytes=*/1,
-                            store_.get(), /*pinned=*/nullptr);
+                            store_, /*pinned=*/nullptr);
   EXPECT_TRUE(pipeline.durable());
   EXPECT_TRUE(pipeline.windowed());
   EXPECT_FALSE(pipeline.early_apply());
@@ -168,7 +157,7 @@ TEST_F(InfinityPipelineTest, AGradientOverTheBudgetIsSpilledAndComesBackBitForBi
 // store streams and the staging it holds.
 TEST_F(InfinityPipelineTest, TheStagingItExportsIsTheTileItStreams) {
   const SlotDTypes dtypes{DType::kFp16, DType::kFp16};
-  InfinityPipeline pipeline(/*job_id=*/10, "tiles", /*world_size=*/1, dtypes, /*pinned_budget_bytes=*/0, store_.get(),
+  InfinityPipeline pipeline(/*job_id=*/10, "tiles", /*world_size=*/1, dtypes, /*pinned_budget_bytes=*/0, store_,
                             /*pinned=*/nullptr);
   StateLayout layout;  // AdamW: master, exp_avg, exp_avg_sq
   layout.exp_avg = true;

@@ -14,7 +14,7 @@
 #include "swap/extent_store.h"
 #include "swap/io_engine.h"
 #include "swap/testing/fault_plan.h"
-#include "swap/testing/test_dir.h"
+#include "swap/testing/scratch_extent_store.h"
 #include "tiers/pinned_arena.h"
 #include "tiers/transfer_executor.h"
 
@@ -28,20 +28,10 @@ constexpr uint64_t kJob = 7;
 class WindowTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto dir = TestDir::Create("window");
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dir_.emplace(std::move(*dir));
-    auto engine = NewPsyncEngine({});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-    ExtentStoreOptions options;
-    options.paths = {dir_->path()};
-    options.capacity_bytes_per_path = 16 << 20;
-    options.sync_policy = SyncPolicy::kNever;
-    options.allow_buffered_fallback = true;
-    auto store = ExtentStore::Open(options, engine_.get());
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
+    auto scratch = ScratchExtentStore::Create("window", 16 << 20);
+    ASSERT_TRUE(scratch.ok()) << scratch.status();
+    scratch_ = std::move(*scratch);
+    store_ = scratch_->store();
     auto workers = ThreadPoolExecutor::Create(1);
     ASSERT_TRUE(workers.ok());
     workers_ = std::move(*workers);
@@ -54,9 +44,8 @@ class WindowTest : public ::testing::Test {
     return out;
   }
 
-  std::optional<TestDir> dir_;
-  std::unique_ptr<IoEngine> engine_;
-  std::unique_ptr<ExtentStore> store_;
+  std::unique_ptr<ScratchExtentStore> scratch_;
+  ExtentStore* store_ = nullptr;  // scratch_'s
   std::unique_ptr<ThreadPoolExecutor> workers_;
 };
 
@@ -71,7 +60,7 @@ TEST_F(WindowTest, EvictedParamSlotsGiveTheirMemoryBackAndComeBackBitForBit) {
   ASSERT_TRUE(arena.ok()) << arena.status();
   std::vector<std::pair<uint32_t, uint32_t>> discarded;
   ParamCache cache(
-      kJob, 1, store_.get(),
+      kJob, 1, store_,
       [&](uint32_t, uint32_t index) { return ParamCache::ShardRef{arena->data() + index * kSlot, kSlot}; },
       /*budget_bytes=*/2 * kSlot, /*lookahead=*/0, workers_.get(),
       [&](uint32_t rank, uint32_t index) {
@@ -108,7 +97,7 @@ TEST_F(WindowTest, EvictedParamSlotsGiveTheirMemoryBackAndComeBackBitForBit) {
 }
 
 TEST_F(WindowTest, SpilledGradientsComeBackBitIdenticalInStepOrder) {
-  auto spill = GradSpill::Create(kJob, store_.get(), 3 * kPage);
+  auto spill = GradSpill::Create(kJob, store_, 3 * kPage);
   ASSERT_TRUE(spill.ok()) << spill.status();
   EXPECT_EQ((*spill)->staging_bytes(), 12 * kPage);  // two read-back and two write buffers
   // Slots of different sizes; slot memory is page-aligned, as in a region.

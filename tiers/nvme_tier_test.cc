@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "swap/io_engine.h"
-#include "swap/testing/test_dir.h"
+#include "swap/testing/scratch_extent_store.h"
 #include "tiers/testing/store_world.h"
 #include "tiers/tiered_store.h"
 
@@ -15,27 +15,16 @@ namespace {
 class NvmeTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto dir = TestDir::Create("nvme_tier");
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    dir_.emplace(std::move(*dir));
-    auto engine = NewPsyncEngine({});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-    ExtentStoreOptions options;
-    options.paths = {dir_->path()};
-    options.capacity_bytes_per_path = 8 << 20;
-    options.sync_policy = SyncPolicy::kNever;
-    options.allow_buffered_fallback = true;
-    auto extents = ExtentStore::Open(options, engine_.get());
-    ASSERT_TRUE(extents.ok()) << extents.status();
-    extents_ = std::move(*extents);
-    auto tier = NvmeTier::Create(extents_.get(), {.capacity_bytes = 4 << 20});
+    auto scratch = ScratchExtentStore::Create("nvme_tier", 8 << 20);
+    ASSERT_TRUE(scratch.ok()) << scratch.status();
+    scratch_ = std::move(*scratch);
+    extents_ = scratch_->store();
+    auto tier = NvmeTier::Create(extents_, {.capacity_bytes = 4 << 20});
     ASSERT_TRUE(tier.ok()) << tier.status();
     tier_ = std::move(*tier);
   }
-  std::optional<TestDir> dir_;
-  std::unique_ptr<IoEngine> engine_;
-  std::unique_ptr<ExtentStore> extents_;
+  std::unique_ptr<ScratchExtentStore> scratch_;
+  ExtentStore* extents_ = nullptr;  // scratch_'s
   std::unique_ptr<NvmeTier> tier_;
 };
 
