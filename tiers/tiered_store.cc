@@ -279,83 +279,6 @@ size_t TieredStore::ExpireLeases() {
   return ExpireLeasesLocked(options_.clock->Now());
 }
 
-absl::Status TieredStore::AddShard(const ShardKey& key, TierKind home,
-                                   absl::Span<const std::byte> data) {
-  if (!has_tier(home)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("adding ", ShardKeyToString(key), ": no ", TierKindName(home), " tier"));
-  }
-  Tier* home_tier = tier(home);
-  std::vector<PendingWriteBack> write_backs;
-  Shard* shard;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shards_.contains(key)) {
-      return absl::AlreadyExistsError(absl::StrCat(ShardKeyToString(key), " already exists"));
-    }
-    auto owned = std::make_unique<Shard>();
-    shard = owned.get();
-    shard->key = key;
-    shard->size_bytes = data.size();
-    shard->home = home;
-    STRATA_RETURN_IF_ERROR(Annotate(
-        ChargeLocked(*shard, home, home_tier->FootprintBytes(data.size()), true, false,
-                     &write_backs),
-        absl::StrCat("adding ", ShardKeyToString(key))));
-    Copy& c = shard->copies[TierIndex(home)];
-    c.charged = true;
-    c.state = CopyState::kLoading;
-    c.version = shard->version;
-    shards_[key] = std::move(owned);
-    ++ops_in_flight_;
-  }
-  absl::Status status;
-  for (const PendingWriteBack& wb : write_backs) {
-    absl::Status s = WriteBackData(*wb.shard, wb.tier);
-    absl::MutexLock lock(&mu_);
-    Copy& vc = wb.shard->copies[TierIndex(wb.tier)];
-    if (s.ok()) {
-      wb.shard->copies[TierIndex(wb.shard->home)].version = vc.version;
-      ++stats_.tiers[TierIndex(wb.tier)].write_backs;
-      CountMoveLocked(wb.shard->key.job, wb.tier, wb.shard->home, wb.shard->size_bytes);
-      tier(wb.tier)->Free(vc.slot);
-      vc = Copy{};
-    } else {
-      vc.state = CopyState::kResident;
-      cached_[TierIndex(wb.tier)].insert(wb.shard);
-      if (status.ok()) status = s;
-    }
-    changed_.SignalAll();
-  }
-  absl::StatusOr<TierSlot> slot = home_tier->Allocate(key, data.size());
-  if (status.ok()) status = slot.status();
-  if (status.ok()) {
-    if (home_tier->host_buffer_alignment() > 1 &&
-        reinterpret_cast<uintptr_t>(data.data()) % home_tier->host_buffer_alignment() != 0) {
-      const size_t align = std::max<size_t>(4096, home_tier->host_buffer_alignment());
-      StagingBuffer staging = NewStaging(std::max<uint64_t>(data.size(), 1), align);
-      std::copy(data.begin(), data.end(), staging.get());
-      status = home_tier->Write(*slot, absl::MakeConstSpan(staging.get(), data.size()));
-    } else {
-      status = home_tier->Write(*slot, data);
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  --ops_in_flight_;
-  Copy& c = shard->copies[TierIndex(home)];
-  if (!status.ok()) {
-    if (slot.ok()) home_tier->Free(*slot);
-    UnchargeLocked(*shard, home);
-    shards_.erase(key);
-    changed_.SignalAll();
-    return Annotate(status, absl::StrCat("adding ", ShardKeyToString(key)));
-  }
-  c.slot = *slot;
-  c.state = CopyState::kResident;
-  changed_.SignalAll();
-  return absl::OkStatus();
-}
-
 absl::Status TieredStore::RunWriteBacks(const std::vector<PendingWriteBack>& write_backs) {
   absl::Status status;
   for (const PendingWriteBack& wb : write_backs) {
@@ -384,10 +307,21 @@ absl::Status TieredStore::RunWriteBacks(const std::vector<PendingWriteBack>& wri
   return status;
 }
 
+absl::Status TieredStore::AddShard(const ShardKey& key, TierKind home,
+                                   absl::Span<const std::byte> data) {
+  return PlaceHome(key, home, data.size(), &data);
+}
+
 absl::Status TieredStore::AdoptShard(const ShardKey& key, TierKind home, uint64_t size_bytes) {
+  return PlaceHome(key, home, size_bytes, nullptr);
+}
+
+absl::Status TieredStore::PlaceHome(const ShardKey& key, TierKind home, uint64_t size_bytes,
+                                    const absl::Span<const std::byte>* data) {
+  const char* verb = data != nullptr ? "adding " : "adopting ";
   if (!has_tier(home)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("adopting ", ShardKeyToString(key), ": no ", TierKindName(home), " tier"));
+        absl::StrCat(verb, ShardKeyToString(key), ": no ", TierKindName(home), " tier"));
   }
   Tier* home_tier = tier(home);
   std::vector<PendingWriteBack> write_backs;
@@ -404,7 +338,7 @@ absl::Status TieredStore::AdoptShard(const ShardKey& key, TierKind home, uint64_
     shard->home = home;
     STRATA_RETURN_IF_ERROR(Annotate(
         ChargeLocked(*shard, home, home_tier->FootprintBytes(size_bytes), true, false, &write_backs),
-        absl::StrCat("adopting ", ShardKeyToString(key))));
+        absl::StrCat(verb, ShardKeyToString(key))));
     Copy& c = shard->copies[TierIndex(home)];
     c.charged = true;
     c.state = CopyState::kLoading;
@@ -415,6 +349,18 @@ absl::Status TieredStore::AdoptShard(const ShardKey& key, TierKind home, uint64_
   absl::Status status = RunWriteBacks(write_backs);
   absl::StatusOr<TierSlot> slot = home_tier->Allocate(key, size_bytes);
   if (status.ok()) status = slot.status();
+  // Adopting: the home already holds the data (a restart); adding: write it.
+  if (status.ok() && data != nullptr) {
+    if (home_tier->host_buffer_alignment() > 1 &&
+        reinterpret_cast<uintptr_t>(data->data()) % home_tier->host_buffer_alignment() != 0) {
+      const size_t align = std::max<size_t>(4096, home_tier->host_buffer_alignment());
+      StagingBuffer staging = NewStaging(std::max<uint64_t>(data->size(), 1), align);
+      std::copy(data->begin(), data->end(), staging.get());
+      status = home_tier->Write(*slot, absl::MakeConstSpan(staging.get(), data->size()));
+    } else {
+      status = home_tier->Write(*slot, *data);
+    }
+  }
   absl::MutexLock lock(&mu_);
   --ops_in_flight_;
   if (!status.ok()) {
@@ -422,7 +368,7 @@ absl::Status TieredStore::AdoptShard(const ShardKey& key, TierKind home, uint64_
     UnchargeLocked(*shard, home);
     shards_.erase(key);
     changed_.SignalAll();
-    return Annotate(status, absl::StrCat("adopting ", ShardKeyToString(key)));
+    return Annotate(status, absl::StrCat(verb, ShardKeyToString(key)));
   }
   Copy& c = shard->copies[TierIndex(home)];
   c.slot = *slot;

@@ -337,6 +337,10 @@ class TieredStore {
                         const TierSlot& dst_slot, uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs the write-backs a charge queued (no lock held).
   absl::Status RunWriteBacks(const std::vector<PendingWriteBack>& write_backs) ABSL_LOCKS_EXCLUDED(mu_);
+  // AddShard (`data` set: written to the new home slot) and AdoptShard
+  // (`data` null: the home tier already holds the bytes).
+  absl::Status PlaceHome(const ShardKey& key, TierKind home, uint64_t size_bytes,
+                         const absl::Span<const std::byte>* data) ABSL_LOCKS_EXCLUDED(mu_);
   void CountMoveLocked(JobId job, TierKind src, TierKind dst, uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool NoOpsInFlight() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ops_in_flight_ == 0; }
