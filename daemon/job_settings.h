@@ -19,15 +19,19 @@
 namespace strata {
 
 // CreateJob as asked, unvalidated (ResolveJobSettings checks it).
+// The optimizer a CreateJob names explicitly, overriding the DeepSpeed
+// config's. (Outside JobRequest: clang cannot use a nested class's default
+// member initializers inside std::optional before the enclosing class ends.)
+struct JobOptimizerRequest {
+  std::string type;  // adam, adamw, adagrad, lion; "" = the config's
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool amsgrad = false;
+  double lr_decay = 0, initial_accumulator_value = 0;  // adagrad
+  bool operator==(const JobOptimizerRequest&) const = default;
+};
+
 struct JobRequest {
-  // The optimizer named explicitly, overriding the DeepSpeed config's.
-  struct Optimizer {
-    std::string type;  // adam, adamw, adagrad, lion; "" = the config's
-    double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
-    bool amsgrad = false;
-    double lr_decay = 0, initial_accumulator_value = 0;  // adagrad
-    bool operator==(const Optimizer&) const = default;
-  };
+  using Optimizer = JobOptimizerRequest;
   std::string name;
   uint32_t world_size = 0;
   std::optional<JobMode> mode;  // nullopt: none or one this daemon does not know
