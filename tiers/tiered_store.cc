@@ -279,7 +279,8 @@ size_t TieredStore::ExpireLeases() {
   return ExpireLeasesLocked(options_.clock->Now());
 }
 
-absl::Status TieredStore::RunWriteBacks(const std::vector<PendingWriteBack>& write_backs) {
+absl::Status TieredStore::RunWriteBacks(const std::vector<PendingWriteBack>& write_backs,
+                                        uint64_t* bytes_written) {
   absl::Status status;
   for (const PendingWriteBack& wb : write_backs) {
     absl::Status s = WriteBackData(*wb.shard, wb.tier);
@@ -290,10 +291,13 @@ absl::Status TieredStore::RunWriteBacks(const std::vector<PendingWriteBack>& wri
       home.version = std::max(home.version, vc.version);
       ++stats_.tiers[TierIndex(wb.tier)].write_backs;
       CountMoveLocked(wb.shard->key.job, wb.tier, wb.shard->home, wb.shard->size_bytes);
+      if (bytes_written != nullptr) *bytes_written += wb.shard->size_bytes;
       tier(wb.tier)->Free(vc.slot);
       vc = Copy{};
     } else {
-      // The victim keeps its data and its charge (as in RunCopy).
+      // The data must not be lost: the victim stays, dirty and charged
+      // again (which may briefly exceed a budget another transfer took
+      // meanwhile), and the caller's operation fails.
       vc.state = CopyState::kResident;
       vc.charged = true;
       const uint64_t fp = tier(wb.tier)->FootprintBytes(wb.shard->size_bytes);
@@ -718,32 +722,7 @@ void TieredStore::RunCopy(CopyOp& op) {
       absl::MutexLock lock(&mu_);
       ++write_backs_running_[TierIndex(op.dst)];
     }
-    for (const PendingWriteBack& wb : op.write_backs) {
-      absl::Status s = WriteBackData(*wb.shard, wb.tier);
-      absl::MutexLock lock(&mu_);
-      Copy& vc = wb.shard->copies[TierIndex(wb.tier)];
-      Copy& home = wb.shard->copies[TierIndex(wb.shard->home)];
-      if (s.ok()) {
-        home.version = std::max(home.version, vc.version);
-        ++stats_.tiers[TierIndex(wb.tier)].write_backs;
-        CountMoveLocked(wb.shard->key.job, wb.tier, wb.shard->home, wb.shard->size_bytes);
-        bytes_down += wb.shard->size_bytes;
-        tier(wb.tier)->Free(vc.slot);
-        vc = Copy{};
-      } else {
-        // The data must not be lost: the victim stays, dirty and charged
-        // again (which may briefly exceed a budget another transfer took
-        // meanwhile), and this promotion fails.
-        vc.state = CopyState::kResident;
-        vc.charged = true;
-        const uint64_t fp = tier(wb.tier)->FootprintBytes(wb.shard->size_bytes);
-        charged_[TierIndex(wb.tier)] += fp;
-        job_charged_[{wb.shard->key.job, TierIndex(wb.tier)}] += fp;
-        cached_[TierIndex(wb.tier)].insert(wb.shard);
-        if (status.ok()) status = s;
-      }
-      changed_.SignalAll();
-    }
+    status = RunWriteBacks(op.write_backs, &bytes_down);
     absl::MutexLock lock(&mu_);
     --write_backs_running_[TierIndex(op.dst)];
     changed_.SignalAll();

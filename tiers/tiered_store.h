@@ -336,7 +336,10 @@ class TieredStore {
   absl::Status CopyData(TierKind src, const TierSlot& src_slot, TierKind dst,
                         const TierSlot& dst_slot, uint64_t size) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs the write-backs a charge queued (no lock held).
-  absl::Status RunWriteBacks(const std::vector<PendingWriteBack>& write_backs) ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes evicted dirty copies home; `bytes_written` (optional) grows by
+  // what reached the home tier.
+  absl::Status RunWriteBacks(const std::vector<PendingWriteBack>& write_backs,
+                             uint64_t* bytes_written = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // AddShard (`data` set: written to the new home slot) and AdoptShard
   // (`data` null: the home tier already holds the bytes).
   absl::Status PlaceHome(const ShardKey& key, TierKind home, uint64_t size_bytes,
