@@ -346,6 +346,24 @@ absl::Status Job::AdmitPartitionLocked(uint32_t rank, const std::vector<ShardLay
   return absl::OkStatus();
 }
 
+absl::Status Job::AdmitRecordedPartitionsLocked(const std::vector<std::vector<ShardLayout>>& partitions) {
+  // The record is a file on disk: its partitions get the checks a trainer's
+  // would (tensor indices, bounds, order, no element owned twice) before
+  // anything is laid out from them.
+  if (partitions.size() != settings_.world_size) {
+    return absl::DataLossError(absl::StrCat("the record of job '", settings_.name, "' has partitions for ",
+                                            partitions.size(), " ranks; the job has ", settings_.world_size));
+  }
+  ranks_.resize(settings_.world_size);  // AdmitPartitionLocked looks at which ranks are built (none yet)
+  for (uint32_t r = 0; r < settings_.world_size; ++r) {
+    if (!settings_.IsLocal(r) || partitions[r].empty()) continue;
+    if (absl::Status s = AdmitPartitionLocked(r, partitions[r]); !s.ok()) {
+      return absl::DataLossError(absl::StrCat("the record of job '", settings_.name, "': ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Job::AdoptTensorsLocked(const JobRecord& record) {
   if (record.groups.size() != record.tensors.size()) {
     return absl::DataLossError(absl::StrCat("the record of job '", settings_.name, "' has ", record.groups.size(),
@@ -976,6 +994,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(uint64_t id, const std::string
   absl::MutexLock lock(&job->mu_);
   STRATA_RETURN_IF_ERROR(job->AdoptTensorsLocked(record));
   job->supplied_ = !record.partitions.empty();
+  if (job->supplied_) STRATA_RETURN_IF_ERROR(job->AdmitRecordedPartitionsLocked(record.partitions));
   job->supplied_partitions_ = record.partitions;
   STRATA_RETURN_IF_ERROR(job->BuildLayoutsLocked(record.tensors, /*adopt=*/true,
                                                  job->supplied_ ? &job->supplied_partitions_ : nullptr));

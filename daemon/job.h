@@ -281,6 +281,10 @@ class Job {
   JobRecord RecordLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The hyperparameters in force, one per group.
   std::vector<OptimizerHyperparams> HyperparamsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks a record's stored partitions (one per rank) as AdmitPartitionLocked
+  // checks a trainer's; a bad one is DataLoss (restart).
+  absl::Status AdmitRecordedPartitionsLocked(const std::vector<std::vector<ShardLayout>>& partitions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the tensors and their groups from a record (restart).
   absl::Status AdoptTensorsLocked(const JobRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks every rank initialized and restores the step counts and scaler.
