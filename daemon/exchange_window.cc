@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/status_macros.h"
 
@@ -13,14 +14,21 @@ constexpr uint64_t kPage = 4096;
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
-// Fills every slot's group_runs from the tensors' groups.
-void ComputeGroupRuns(std::vector<ExchangeSlot>& slots, const std::vector<uint32_t>& group_of) {
+// Fills every slot's group_runs from the tensors' groups. The ranges were
+// checked against the tensors before (Job::AdmitPartitionLocked); a range
+// naming a tensor without a group is still refused here, never indexed.
+absl::Status ComputeGroupRuns(std::vector<ExchangeSlot>& slots, const std::vector<uint32_t>& group_of) {
   for (ExchangeSlot& slot : slots) {
     std::vector<GroupRun>& runs = slot.group_runs;
     runs.clear();
     // Ranges are sorted by shard_offset; a gap (padding) joins the run before it.
     for (const OwnedRange& r : slot.layout.ranges) {
-      const uint32_t group = group_of.at(r.tensor.value());
+      if (r.tensor.value() >= group_of.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("shard ", slot.layout.index, " has a range of tensor ",
+                                                       r.tensor.value(), "; the job has ", group_of.size(),
+                                                       " tensors"));
+      }
+      const uint32_t group = group_of[r.tensor.value()];
       if (!runs.empty() && runs.back().group == group) {
         runs.back().end = r.shard_offset + r.numel;
       } else if (runs.empty()) {
@@ -33,6 +41,7 @@ void ComputeGroupRuns(std::vector<ExchangeSlot>& slots, const std::vector<uint32
     if (runs.empty()) runs.push_back(GroupRun{0, 0, 0});
     runs.back().end = slot.layout.padded_numel;
   }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -86,7 +95,7 @@ absl::StatusOr<ExchangeLayout> LayOutExchange(std::vector<ShardLayout> shards, c
     out.slots.push_back(std::move(slot));
   }
   out.region_bytes = std::max<uint64_t>(offset, kPage);
-  ComputeGroupRuns(out.slots, group_of);
+  STRATA_RETURN_IF_ERROR(ComputeGroupRuns(out.slots, group_of));
   return out;
 }
 

@@ -72,6 +72,18 @@ TEST(StepPipelineTest, OffloadPinsTheRegionAndTheHostStates) {
   EXPECT_EQ(*bytes, 6 * kPage + 3 * (2048 * 3 * 4));
 }
 
+TEST(ExchangeLayoutTest, ARangeOfATensorWithoutAGroupIsRefusedNotIndexed) {
+  const std::vector<uint32_t> groups = {0};  // one tensor; the shards below name tensor 0 only
+  std::vector<ShardLayout> shards = Shards(2, 2048);
+  shards[1].ranges[0].tensor = TensorId(1);
+  auto layout = LayOutExchange(std::move(shards), SlotDTypes{DType::kFp16, DType::kFp16}, groups);
+  ASSERT_FALSE(layout.ok());
+  EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(layout.status().message().find("shard 1 has a range of tensor 1; the job has 1 tensors"),
+            std::string::npos)
+      << layout.status();
+}
+
 class InfinityPipelineTest : public ::testing::Test {
  protected:
   void SetUp() override {
