@@ -870,8 +870,9 @@ void Job::RunStep() {
     absl::MutexLock states_lock(&states_mu_);
     const StepHooks hooks = pipeline_->BeginStep(mu_, ids, slots);
     status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks.shard_done, hooks.grad_source);
-    // Before the commit: no spilled copy may become durable.
-    pipeline_->EndStep(mu_);
+    // Before the commit: no spilled copy may become durable, and every
+    // write of the step has ended.
+    if (absl::Status ended = pipeline_->EndStep(mu_); status.ok()) status = ended;
     if (status.ok() && pipeline_->durable()) {
       // The record that goes into the same commit says this step is done.
       std::string record;
