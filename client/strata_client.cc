@@ -272,11 +272,9 @@ absl::StatusOr<std::string> StrataClient::StatsText() {
                           j.mean_step_s(), j.stall_s(), static_cast<unsigned long long>(j.nvme_read_bytes()),
                           static_cast<unsigned long long>(j.nvme_write_bytes()), j.job().loss_scale(),
                           static_cast<unsigned long long>(j.job().skipped_steps()));
+    // One row per tier: pinned (the window) and device (the job's arena)
+    // show what the job holds of its budget there and its acquires into it.
     for (const auto& t : j.tiers()) {
-      if (t.tier() == "device") {
-        absl::StrAppendFormat(&out, "    device   budget %llu B\n", static_cast<unsigned long long>(t.budget_bytes()));
-        continue;
-      }
       if (t.tier() == "nvme") {
         absl::StrAppendFormat(&out, "    nvme     read %llu B  written %llu B\n",
                               static_cast<unsigned long long>(t.bytes_read()),

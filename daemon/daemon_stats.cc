@@ -38,6 +38,39 @@ std::vector<strata::v1::TierStats> CollectTierStats(const ExtentStore* nvme, con
   return tiers;
 }
 
+std::vector<strata::v1::JobTierStats> JobTierRows(const Job& job, const JobCounters& c) {
+  std::vector<strata::v1::JobTierStats> rows;
+  auto set_acquires = [](const ParamTierStats& t, strata::v1::JobTierStats& row) {
+    row.set_hits(t.hits);
+    row.set_misses(t.misses + t.waits_in_flight);
+    row.set_stall_s(t.stall_s);
+    row.set_prefetches(t.prefetches);
+    row.set_prefetches_unused(t.prefetches_unused);
+  };
+  const bool infinity = job.settings().mode == JobMode::kInfinity;
+  strata::v1::JobTierStats& pinned = rows.emplace_back();
+  pinned.set_tier("pinned");
+  pinned.set_bytes(infinity ? c.window_resident_bytes : c.pinned_reserved_bytes);
+  pinned.set_budget_bytes(infinity ? c.window_budget_bytes : c.pinned_reserved_bytes);
+  set_acquires(c.params.window, pinned);
+  if (job.settings().device_budget_bytes > 0) {
+    // The job's share of the device tier: its budget, and the bytes its
+    // shards' copies take in its arena now.
+    strata::v1::JobTierStats& device = rows.emplace_back();
+    device.set_tier("device");
+    device.set_bytes(c.params.device.bytes);
+    device.set_budget_bytes(job.settings().device_budget_bytes);
+    set_acquires(c.params.device, device);
+  }
+  if (infinity) {
+    strata::v1::JobTierStats& nvme = rows.emplace_back();
+    nvme.set_tier("nvme");
+    nvme.set_bytes_read(c.params.bytes_read + c.grad_bytes_read_back);
+    nvme.set_bytes_written(c.params.bytes_written + c.grad_bytes_spilled);
+  }
+  return rows;
+}
+
 std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, const PinnedBudget& pinned,
                           const DeviceArena* device) {
   std::string out;
@@ -112,6 +145,43 @@ std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, 
     metric(m.name, m.help, m.type);
     for (size_t i = 0; i < jobs.size(); ++i) {
       absl::StrAppend(&out, m.name, "{job=\"", jobs[i]->settings().name, "\"} ", m.value(*jobs[i], counters[i]), "\n");
+    }
+  }
+  // Per job and tier, the rows `strata stats` prints: the window ("pinned")
+  // and, for a job with a device budget, its device arena ("device").
+  struct TierMetric {
+    const char* name;
+    const char* help;
+    const char* type;
+    // Integers as integers: StrCat of a double keeps six digits.
+    std::function<std::string(const strata::v1::JobTierStats&)> value;
+  };
+  const TierMetric tier_metrics[] = {
+      {"strata_job_tier_bytes", "Bytes the job holds in a tier now (pinned: its window; device: its arena).", "gauge",
+       [](const strata::v1::JobTierStats& t) { return absl::StrCat(t.bytes()); }},
+      {"strata_job_tier_budget_bytes", "The job's budget in a tier.", "gauge",
+       [](const strata::v1::JobTierStats& t) { return absl::StrCat(t.budget_bytes()); }},
+      {"strata_job_tier_hits_total", "Param acquires into a tier that found the shard there.", "counter",
+       [](const strata::v1::JobTierStats& t) { return absl::StrCat(t.hits()); }},
+      {"strata_job_tier_misses_total", "Param acquires into a tier that waited for the shard to arrive.", "counter",
+       [](const strata::v1::JobTierStats& t) { return absl::StrCat(t.misses()); }},
+      {"strata_job_tier_stall_seconds_total", "Time param acquires into a tier waited.", "counter",
+       [](const strata::v1::JobTierStats& t) { return absl::StrCat(t.stall_s()); }},
+      {"strata_job_tier_prefetches_total", "Param prefetches into a tier.", "counter",
+       [](const strata::v1::JobTierStats& t) { return absl::StrCat(t.prefetches()); }},
+      {"strata_job_tier_prefetches_unused_total", "Param prefetches dropped from a tier before any acquire.",
+       "counter", [](const strata::v1::JobTierStats& t) { return absl::StrCat(t.prefetches_unused()); }},
+  };
+  std::vector<std::vector<strata::v1::JobTierStats>> rows;
+  for (size_t i = 0; i < jobs.size(); ++i) rows.push_back(JobTierRows(*jobs[i], counters[i]));
+  for (const TierMetric& m : tier_metrics) {
+    metric(m.name, m.help, m.type);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      for (const strata::v1::JobTierStats& t : rows[i]) {
+        if (t.tier() == "nvme") continue;  // its traffic is in strata_job_nvme_*
+        absl::StrAppend(&out, m.name, "{job=\"", jobs[i]->settings().name, "\",tier=\"", t.tier(), "\"} ",
+                        m.value(t), "\n");
+      }
     }
   }
   return out;

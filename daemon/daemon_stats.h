@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/device_arena.h"
+#include "daemon/job.h"
 #include "daemon/job_registry.h"
 #include "daemon/pinned_budget.h"
 #include "strata/v1/strata.pb.h"
@@ -19,6 +20,12 @@ namespace strata {
 // tier (--device none).
 std::vector<strata::v1::TierStats> CollectTierStats(const ExtentStore* nvme, const PinnedBudget& pinned,
                                                     const DeviceArena* device = nullptr);
+
+// A job's rows of GetStats (and of the metrics' per-tier series): "pinned"
+// (its window, or its reservation for an Offload job), "device" when it has
+// a device budget, "nvme" for an Infinity job. The pinned and device rows
+// count the acquires into their own tier.
+std::vector<strata::v1::JobTierStats> JobTierRows(const Job& job, const JobCounters& c);
 
 // Every tier's and every job's gauges and counters, one HELP/TYPE block per
 // metric, jobs labelled by name.

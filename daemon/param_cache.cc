@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/byte_size.h"
@@ -486,9 +487,10 @@ absl::StatusOr<std::vector<Lease>> ParamCache::AcquireIn(uint32_t rank, absl::Sp
   }
   {
     absl::MutexLock lock(&mu_);
-    stats_.hits += hits;
-    stats_.misses += misses;
-    stats_.waits_in_flight += waits;
+    ParamTierStats& counted = tier == TierKind::kDevice ? device_stats_ : window_stats_;
+    counted.hits += hits;
+    counted.misses += misses;
+    counted.waits_in_flight += waits;
   }
   Prefetch(rank);
   for (size_t i = 0; i < handles.size(); ++i) {
@@ -523,7 +525,8 @@ absl::StatusOr<std::vector<Lease>> ParamCache::AcquireIn(uint32_t rank, absl::Sp
     detached = detached_;
     if (!detached) {
       for (size_t i = 0; i < indices.size(); ++i) leases_[{rank, indices[i]}].push_back(leases[i].id);
-      stats_.stall_s += absl::ToDoubleSeconds(absl::Now() - start);
+      (tier == TierKind::kDevice ? device_stats_ : window_stats_).stall_s +=
+          absl::ToDoubleSeconds(absl::Now() - start);
     }
   }
   if (detached) {
@@ -750,10 +753,22 @@ ParamCacheStats ParamCache::stats() const {
   ParamCacheStats s;
   {
     absl::MutexLock lock(&mu_);
-    s = stats_;
+    s.window = window_stats_;
+    s.device = device_stats_;
+  }
+  for (const ParamTierStats* t : {&s.window, &s.device}) {
+    s.hits += t->hits;
+    s.misses += t->misses;
+    s.waits_in_flight += t->waits_in_flight;
+    s.stall_s += t->stall_s;
   }
   if (store_ == nullptr) return s;
   const StoreStats js = store_->job_stats(JobId(job_id_));
+  for (auto [tier, t] : {std::pair{TierKind::kPinnedHost, &s.window}, std::pair{TierKind::kDevice, &s.device}}) {
+    t->bytes = store_->job_charged_bytes(JobId(job_id_), tier);
+    t->prefetches = js.tier(tier).prefetches_issued;
+    t->prefetches_unused = js.tier(tier).prefetches_wasted;
+  }
   s.prefetches = js.prefetches_issued;
   s.prefetches_unused = js.prefetches_wasted;
   s.bytes_read = js.tier(TierKind::kPinnedHost).bytes_in + js.tier(TierKind::kDevice).bytes_in;

@@ -54,6 +54,21 @@ class ParamStore;
 class PredictionTrust;
 class FarthestNextUsePolicy;
 
+// One tier's share of a job's param acquires: the window (Acquire) or the
+// device tier (AcquireDevice). Hits and misses are judged when the trainer
+// asks, before the cache promotes what is missing; the store's own
+// acquire_hits cannot say that, as its Acquire comes after the promotion.
+struct ParamTierStats {
+  uint64_t bytes = 0;           // what the job's copies in the tier take now
+  uint64_t hits = 0;            // acquired while resident in the tier
+  uint64_t misses = 0;          // acquired while absent: the trainer waited for a copy
+  uint64_t waits_in_flight = 0;  // acquired while a prefetch into the tier was still moving
+  double stall_s = 0;           // time those acquires waited
+  uint64_t prefetches = 0;      // prefetches into the tier
+  uint64_t prefetches_unused = 0;  // of them, dropped there before any acquire
+};
+
+// The job-wide fields sum the tiers' (`window` and `device`).
 struct ParamCacheStats {
   uint64_t hits = 0;          // acquired while resident
   uint64_t misses = 0;        // acquired while absent: the trainer waited for a read
@@ -63,6 +78,8 @@ struct ParamCacheStats {
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
   double stall_s = 0;          // time Acquire waited
+  ParamTierStats window;       // the pinned exchange windows
+  ParamTierStats device;       // the job's device arena
 };
 
 // What Park or Resume did to the job's shards.
@@ -219,7 +236,9 @@ class ParamCache {
   std::deque<PendingStore> stores_ ABSL_GUARDED_BY(mu_);  // StartStoreHome's, oldest first
   int issuing_ ABSL_GUARDED_BY(mu_) = 0;  // calls asking the store for promotions now
   bool detached_ ABSL_GUARDED_BY(mu_) = false;
-  ParamCacheStats stats_ ABSL_GUARDED_BY(mu_);  // hits, misses, waits, stall
+  // Hits, misses, waits and stall of the window's acquires and the device's.
+  ParamTierStats window_stats_ ABSL_GUARDED_BY(mu_);
+  ParamTierStats device_stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace strata

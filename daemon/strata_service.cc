@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/checkpoint_dir.h"
+#include "daemon/daemon_stats.h"
 #include "daemon/grpc_status.h"
 #include "daemon/job_proto.h"
 
@@ -495,29 +498,7 @@ grpc::Status StrataService::GetStats(grpc::ServerContext* context, const strata:
     js->set_nvme_read_bytes(c.params.bytes_read);
     js->set_nvme_write_bytes(c.params.bytes_written);
     js->set_pinned_bytes(c.pinned_reserved_bytes);
-    const bool infinity = job->settings().mode == JobMode::kInfinity;
-    auto* pinned = js->add_tiers();
-    pinned->set_tier("pinned");
-    pinned->set_bytes(infinity ? c.window_resident_bytes : c.pinned_reserved_bytes);
-    pinned->set_budget_bytes(infinity ? c.window_budget_bytes : c.pinned_reserved_bytes);
-    pinned->set_hits(c.params.hits);
-    pinned->set_misses(c.params.misses + c.params.waits_in_flight);
-    pinned->set_stall_s(c.params.stall_s);
-    pinned->set_prefetches(c.params.prefetches);
-    pinned->set_prefetches_unused(c.params.prefetches_unused);
-    if (job->settings().device_budget_bytes > 0) {
-      // The job's share of the device tier (its budget; what it holds there
-      // now is in the tier-level "device" used bytes).
-      auto* device = js->add_tiers();
-      device->set_tier("device");
-      device->set_budget_bytes(job->settings().device_budget_bytes);
-    }
-    if (infinity) {
-      auto* nvme = js->add_tiers();
-      nvme->set_tier("nvme");
-      nvme->set_bytes_read(c.params.bytes_read + c.grad_bytes_read_back);
-      nvme->set_bytes_written(c.params.bytes_written + c.grad_bytes_spilled);
-    }
+    for (auto& row : JobTierRows(*job, c)) *js->add_tiers() = std::move(row);
   }
   return grpc::Status::OK;
 }

@@ -12,11 +12,13 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -167,7 +169,7 @@ TEST(DaemonDeviceTest, DeviceBudgetsAreAdmittedAgainstTheCapacityAndComeBack) {
   auto stats = client->StatsText();
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_NE(stats->find("device       used 0 of 262144 bytes"), std::string::npos) << *stats;
-  EXPECT_NE(stats->find("device   budget 131072 B"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("device   0 of 131072 B  hits 0  misses 0"), std::string::npos) << *stats;
   const std::string metrics = Metrics(port);
   for (const char* line : {"strata_tier_capacity_bytes{tier=\"device\"} 262144\n",
                            "strata_tier_used_bytes{tier=\"device\"} 0\n",
@@ -367,6 +369,118 @@ TEST(DaemonDeviceTest, ARestartedJobGetsAFreshArenaFilledFromNvme) {
     }
   }
   rank->reset();
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+// The job's row of GetStats for `tier`, or null.
+const v1::JobTierStats* TierRow(const v1::GetStatsResponse& stats, const std::string& job, const std::string& tier) {
+  for (const v1::JobStats& j : stats.jobs()) {
+    if (j.job().name() != job) continue;
+    for (const v1::JobTierStats& t : j.tiers()) {
+      if (t.tier() == tier) return &t;
+    }
+  }
+  return nullptr;
+}
+
+// Issue 10 item 4: `strata stats` and the metrics show a job's device tier:
+// what it holds there, and its device acquires' hits, misses, stall and
+// prefetches -- the same numbers in GetStats, the text and the metrics.
+TEST(DaemonDeviceTest, StatsAndMetricsShowEachJobsDeviceTier) {
+  CleanDaemon daemon(MakeTestDir("device", "stats"));
+  const int port = 20000 + (getpid() + 104729) % 20000;
+  ASSERT_TRUE(daemon.Start({"--device_capacity", "256KiB", "--metrics_port", std::to_string(port)}));
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  // Eight 16 KiB shards (128 KiB of params) under a 64 KiB device budget.
+  constexpr uint64_t kBudget = 64 << 10;
+  std::vector<TensorDesc> tensors;
+  for (int i = 0; i < 8; ++i) tensors.push_back({absl::StrCat("t", i), 4096});
+  JobSpec spec = DeviceSpec("dev", kBudget);
+  spec.world_size = 1;
+  ASSERT_TRUE(client->CreateJob(spec).ok());
+  JobSpec plain_spec = DeviceSpec("plain", 0);
+  plain_spec.world_size = 1;
+  ASSERT_TRUE(client->CreateJob(plain_spec).ok());
+  auto rank = client->Attach("dev", 0);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  ASSERT_TRUE((*rank)->RegisterTensors(tensors).ok());
+  ASSERT_EQ((*rank)->shards().size(), tensors.size());
+  for (ShardView& shard : (*rank)->shards()) {
+    FillOwned(shard, shard.param, [](uint64_t t, uint64_t e) { return static_cast<float>(t * 8192 + e); });
+  }
+  ASSERT_TRUE((*rank)->InitParams().ok());
+  auto plain = client->Attach("plain", 0);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE((*plain)->RegisterTensors(tensors).ok());
+  // Two passes of a forward walk, one shard at a time, into the device.
+  uint64_t device_acquires = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint32_t i = 0; i < tensors.size(); ++i) {
+      auto places = (*rank)->Acquire({i}, TierKind::kDevice);
+      ASSERT_TRUE(places.ok()) << places.status();
+      ++device_acquires;
+      ASSERT_TRUE((*rank)->Release({i}).ok());
+    }
+    ASSERT_TRUE((*rank)->IterationBoundary().ok());
+  }
+
+  Raw raw(daemon.socket());
+  v1::GetStatsResponse stats;
+  ASSERT_TRUE(raw.Call(&v1::Strata::Stub::GetStats, v1::GetStatsRequest(), &stats).ok());
+  const v1::JobTierStats* device = TierRow(stats, "dev", "device");
+  ASSERT_NE(device, nullptr) << stats.DebugString();
+  EXPECT_GT(device->bytes(), 0u);
+  EXPECT_LE(device->bytes(), kBudget);
+  EXPECT_EQ(device->budget_bytes(), kBudget);
+  EXPECT_EQ(device->hits() + device->misses(), device_acquires);
+  EXPECT_GT(device->misses(), 0u);
+  EXPECT_GT(device->stall_s(), 0.0);
+  EXPECT_LE(device->prefetches_unused(), device->prefetches());
+  // The window row counts the window's acquires only: this job made none.
+  const v1::JobTierStats* pinned = TierRow(stats, "dev", "pinned");
+  ASSERT_NE(pinned, nullptr) << stats.DebugString();
+  EXPECT_EQ(pinned->hits() + pinned->misses(), 0u) << stats.DebugString();
+  // A job without a device budget has no device row.
+  EXPECT_NE(TierRow(stats, "plain", "pinned"), nullptr) << stats.DebugString();
+  EXPECT_EQ(TierRow(stats, "plain", "device"), nullptr) << stats.DebugString();
+
+  // `strata stats` prints the same row.
+  auto text = client->StatsText();
+  ASSERT_TRUE(text.ok()) << text.status();
+  std::printf("%s", text->c_str());
+  const std::string device_line =
+      absl::StrFormat("    device   %d of %d B  hits %d  misses %d  stall %.4f s  prefetches %d (%d unused)\n",
+                      device->bytes(), kBudget, device->hits(), device->misses(), device->stall_s(),
+                      device->prefetches(), device->prefetches_unused());
+  const size_t dev_at = text->find("  dev ");
+  const size_t plain_at = text->find("  plain ");
+  ASSERT_NE(dev_at, std::string::npos) << *text;
+  ASSERT_NE(plain_at, std::string::npos) << *text;
+  const std::string dev_text = dev_at < plain_at ? text->substr(dev_at, plain_at - dev_at) : text->substr(dev_at);
+  const std::string plain_text = dev_at < plain_at ? text->substr(plain_at) : text->substr(plain_at, dev_at - plain_at);
+  EXPECT_NE(dev_text.find(device_line), std::string::npos) << device_line << *text;
+  EXPECT_EQ(plain_text.find("device"), std::string::npos) << *text;
+
+  // The metrics endpoint: the same numbers, labelled by job and tier.
+  const std::string metrics = Metrics(port);
+  const std::string dev = "{job=\"dev\",tier=\"device\"} ";
+  for (const std::string& line :
+       {absl::StrCat("strata_job_tier_bytes", dev, device->bytes(), "\n"),
+        absl::StrCat("strata_job_tier_budget_bytes", dev, kBudget, "\n"),
+        absl::StrCat("strata_job_tier_hits_total", dev, device->hits(), "\n"),
+        absl::StrCat("strata_job_tier_misses_total", dev, device->misses(), "\n"),
+        absl::StrCat("strata_job_tier_stall_seconds_total", dev, device->stall_s(), "\n"),
+        absl::StrCat("strata_job_tier_prefetches_total", dev, device->prefetches(), "\n"),
+        absl::StrCat("strata_job_tier_prefetches_unused_total", dev, device->prefetches_unused(), "\n"),
+        absl::StrCat("strata_job_tier_hits_total{job=\"dev\",tier=\"pinned\"} 0\n"),
+        absl::StrCat("strata_job_tier_bytes{job=\"plain\",tier=\"pinned\"} ")}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << metrics;
+  }
+  EXPECT_EQ(metrics.find("{job=\"plain\",tier=\"device\"}"), std::string::npos) << metrics;
+  EXPECT_TRUE(daemon.running());
+  rank->reset();
+  plain->reset();
   EXPECT_EQ(daemon.Stop(), 0);
 }
 

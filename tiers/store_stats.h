@@ -18,6 +18,12 @@ struct TierCounters {
   uint64_t write_backs = 0;     // dirty copies written to their home first
   uint64_t bytes_in = 0;        // bytes copied into this tier
   uint64_t bytes_out = 0;       // bytes copied out of this tier
+  // Prefetches (Promote without `demand`) into this tier, and what became of
+  // them: acquired here before being dropped, or dropped unacquired. The
+  // store-wide StoreStats fields are the sums over the tiers.
+  uint64_t prefetches_issued = 0;
+  uint64_t prefetches_used = 0;
+  uint64_t prefetches_wasted = 0;
 };
 
 struct StoreStats {

@@ -135,10 +135,7 @@ void TieredStore::DropCopyLocked(Shard& shard, TierKind t) {
   Copy& c = shard.copies[TierIndex(t)];
   UnchargeLocked(shard, t);
   cached_[TierIndex(t)].erase(&shard);
-  if (c.prefetched_unused) {
-    ++stats_.prefetches_wasted;
-    ++job_stats_[shard.key.job].prefetches_wasted;
-  }
+  if (c.prefetched_unused) CountWastedLocked(shard.key.job, t);
   if (c.slot.valid()) tier(t)->Free(c.slot);
   c = Copy{};
 }
@@ -159,10 +156,7 @@ void TieredStore::EvictLocked(Shard& shard, TierKind t, std::vector<PendingWrite
   if (NeedsWriteBackLocked(shard, t)) {
     UnchargeLocked(shard, t);
     cached_[TierIndex(t)].erase(&shard);
-    if (c.prefetched_unused) {
-      ++stats_.prefetches_wasted;
-      ++job_stats_[shard.key.job].prefetches_wasted;
-    }
+    if (c.prefetched_unused) CountWastedLocked(shard.key.job, t);
     c.prefetched_unused = false;
     c.state = CopyState::kEvicting;
     write_backs->push_back({&shard, t});
@@ -594,8 +588,10 @@ absl::StatusOr<std::unique_ptr<TieredStore::CopyOp>> TieredStore::StartCopyLocke
   ++stats_.tiers[TierIndex(dst)].promotions;
   ++job_stats_[shard.key.job].tiers[TierIndex(dst)].promotions;
   if (prefetch) {
-    ++stats_.prefetches_issued;
-    ++job_stats_[shard.key.job].prefetches_issued;
+    for (StoreStats* st : {&stats_, &job_stats_[shard.key.job]}) {
+      ++st->prefetches_issued;
+      ++st->tiers[TierIndex(dst)].prefetches_issued;
+    }
   }
   ++ops_in_flight_;
   return op;
@@ -669,6 +665,13 @@ std::vector<TieredStore::CachedCopy> TieredStore::CachedCopies(TierKind t) const
   std::sort(copies.begin(), copies.end(),
             [](const CachedCopy& a, const CachedCopy& b) { return a.key < b.key; });
   return copies;
+}
+
+void TieredStore::CountWastedLocked(JobId job, TierKind t) {
+  for (StoreStats* st : {&stats_, &job_stats_[job]}) {
+    ++st->prefetches_wasted;
+    ++st->tiers[TierIndex(t)].prefetches_wasted;
+  }
 }
 
 void TieredStore::CountMoveLocked(JobId job, TierKind src, TierKind dst, uint64_t bytes) {
@@ -835,10 +838,7 @@ absl::StatusOr<TransferHandle> TieredStore::Demote(const ShardKey& key, TierKind
       Copy& c = shard->copies[TierIndex(u)];
       UnchargeLocked(*shard, u);
       cached_[TierIndex(u)].erase(shard);
-      if (c.prefetched_unused) {
-        ++stats_.prefetches_wasted;
-        ++job_stats_[shard->key.job].prefetches_wasted;
-      }
+      if (c.prefetched_unused) CountWastedLocked(shard->key.job, u);
       c.prefetched_unused = false;
       c.state = CopyState::kEvicting;
     }
@@ -925,8 +925,10 @@ absl::StatusOr<Lease> TieredStore::Acquire(const ShardKey& key, TierKind t, Acce
       ++c.pins;
       if (mode == AccessMode::kWrite) ++c.writers;
       if (c.prefetched_unused) {
-        ++job_stats.prefetches_used;
-        ++stats_.prefetches_used;
+        for (StoreStats* st : {&stats_, &job_stats}) {
+          ++st->prefetches_used;
+          ++st->tiers[TierIndex(t)].prefetches_used;
+        }
         c.prefetched_unused = false;
       }
       c.last_use_tick = ++tick_;

@@ -346,6 +346,8 @@ class TieredStore {
                          const absl::Span<const std::byte>* data) ABSL_LOCKS_EXCLUDED(mu_);
   void CountMoveLocked(JobId job, TierKind src, TierKind dst, uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A prefetched copy in tier `t` dropped before any acquire.
+  void CountWastedLocked(JobId job, TierKind t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool NoOpsInFlight() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ops_in_flight_ == 0; }
 
   const std::array<Tier*, kNumTiers> tiers_;

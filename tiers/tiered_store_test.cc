@@ -364,6 +364,48 @@ TEST_F(TieredStoreTest, PrefetchesAreCountedAsUsedOrWasted) {
   EXPECT_EQ(s.prefetches_wasted, 2u);
 }
 
+// The daemon reports prefetches per job and tier (`strata stats`' device
+// row): each is counted in the tier it went into, for the job it is of.
+TEST_F(TieredStoreTest, PrefetchCountsAreKeptPerTierAndJob) {
+  for (uint32_t t = 1; t <= 4; ++t) Add(t, /*job=*/1);
+  Add(1, /*job=*/2);
+  auto prefetch = [&](uint32_t tensor, uint64_t job) {
+    auto p = store().Promote(TestKey(tensor, job), kDev, {.prefetch = true});
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_TRUE((*p)->Wait().ok());
+  };
+  for (uint32_t t = 1; t <= 4; ++t) prefetch(t, 1);
+  prefetch(1, 2);
+  ReadVia(1, kDev, 1);  // used
+  ReadVia(1, kDev, 2);  // used
+  ASSERT_TRUE(store().Evict(TestKey(2, 1), kDev).ok());  // wasted (evicted)
+  auto demote = store().Demote(TestKey(3, 1), kHome);     // wasted (demoted)
+  ASSERT_TRUE(demote.ok()) << demote.status();
+  ASSERT_TRUE((*demote)->Wait().ok());
+  ASSERT_TRUE(store().Evict(TestKey(1, 1), kDev).ok());  // used before: not wasted
+  const StoreStats one = store().job_stats(JobId(1));
+  EXPECT_EQ(one.tier(kDev).prefetches_issued, 4u);
+  EXPECT_EQ(one.tier(kDev).prefetches_used, 1u);
+  EXPECT_EQ(one.tier(kDev).prefetches_wasted, 2u);
+  EXPECT_EQ(one.tier(kHome).prefetches_issued, 0u);
+  EXPECT_EQ(one.tier(kHome).prefetches_used, 0u);
+  EXPECT_EQ(one.tier(kHome).prefetches_wasted, 0u);
+  const StoreStats two = store().job_stats(JobId(2));
+  EXPECT_EQ(two.tier(kDev).prefetches_issued, 1u);
+  EXPECT_EQ(two.tier(kDev).prefetches_used, 1u);
+  EXPECT_EQ(two.tier(kDev).prefetches_wasted, 0u);
+  // The store-wide per-tier counts and the totals agree with the jobs'.
+  const StoreStats all = store().stats();
+  EXPECT_EQ(all.tier(kDev).prefetches_issued, 5u);
+  EXPECT_EQ(all.tier(kDev).prefetches_used, 2u);
+  EXPECT_EQ(all.tier(kDev).prefetches_wasted, 2u);
+  EXPECT_EQ(all.prefetches_issued, 5u);
+  EXPECT_EQ(all.prefetches_used, 2u);
+  EXPECT_EQ(all.prefetches_wasted, 2u);
+  EXPECT_EQ(one.prefetches_wasted, 2u);
+  ExpectInvariants();
+}
+
 TEST_F(TieredStoreTest, RemoveShardRefusesWhilePinnedAndFreesEverything) {
   Add(1);
   auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kRead);
