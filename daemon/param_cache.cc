@@ -492,7 +492,6 @@ absl::StatusOr<std::vector<Lease>> ParamCache::AcquireIn(uint32_t rank, absl::Sp
     counted.misses += misses;
     counted.waits_in_flight += waits;
   }
-  Prefetch(rank);
   for (size_t i = 0; i < handles.size(); ++i) {
     absl::Status s = handles[i]->WaitUntil(deadline);
     if (absl::IsDeadlineExceeded(s)) {
@@ -535,6 +534,12 @@ absl::StatusOr<std::vector<Lease>> ParamCache::AcquireIn(uint32_t rank, absl::Sp
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id_, "'s params were handed to its reloaded copy; attach again"));
   }
+  // What comes next, only now that these shards are pinned: just acquired,
+  // their next use is the farthest, so a prefetch issued while they were
+  // still unpinned could evict them (their read done) and leave the budget
+  // to copies in flight -- the acquire then failed with ResourceExhausted
+  // (ParamStoreTest under load, CI).
+  Prefetch(rank);
   return leases;
 }
 
