@@ -20,42 +20,14 @@ work=$4
 where=${5:-device}
 steps=${STEPS:-5}
 
-sock_dir=$(mktemp -d /tmp/strata-device.XXXXXX)
-rm -rf "$work"
-mkdir -p "$work/nvme"
-daemon_pid=
-cleanup() {
-  if [ -n "$daemon_pid" ]; then kill -TERM "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; fi
-  rm -rf "$sock_dir" "$work/nvme"
-}
-trap cleanup EXIT
-
-"$stratad" --socket "$sock_dir/s.sock" --nvme_path "$work/nvme" --nvme_capacity 256MiB \
-  --device emulated --device_capacity 256KiB >"$work/stratad.log" 2>&1 &
-daemon_pid=$!
-for _ in $(seq 1 100); do grep -q "stratad ready" "$work/stratad.log" && break; sleep 0.1; done
-grep -q "stratad ready" "$work/stratad.log" || {
-  echo "FAIL: stratad did not become ready"; cat "$work/stratad.log"; exit 1; }
-
-status=0
-run() {  # run NAME ARGS...
-  local name=$1; shift
-  if ! timeout 300 "$example" --ranks 2 --steps "$steps" "$@" >"$work/$name.out" 2>"$work/$name.err"; then
-    echo "FAIL: $name exited non-zero"; cat "$work/$name.err"; status=1
-  fi
-  echo "--- $name"; cat "$work/$name.out"
-  local lines
-  lines=$(grep -cE '^step [0-9]+ loss [0-9.eE+-]+$' "$work/$name.out")
-  if [ "$lines" -ne "$steps" ]; then
-    echo "FAIL: $name printed $lines well-formed step lines, expected $steps"; status=1
-  fi
-}
+. "$(dirname "$0")/train_harness.sh"
+start_stratad strata-device --nvme_capacity 256MiB --device emulated --device_capacity 256KiB
 device=(--mode infinity --socket "$sock_dir/s.sock" --nvme_path "$work/nvme")
 if [ "$where" = device ]; then device+=(--device_tier --device_budget 96KiB); fi
-run local --mode local
-run device "${device[@]}" --stats
-run parked_nvme "${device[@]}" --park_after_step 2 --park_tier nvme
-run parked_pinned "${device[@]}" --park_after_step 2 --park_tier pinned_host
+run_example local --mode local
+run_example device "${device[@]}" --stats
+run_example parked_nvme "${device[@]}" --park_after_step 2 --park_tier nvme
+run_example parked_pinned "${device[@]}" --park_after_step 2 --park_tier pinned_host
 for name in device parked_nvme parked_pinned; do
   if ! diff -u "$work/local.out" "$work/$name.out"; then
     echo "FAIL: $name losses differ from --mode local"; status=1
@@ -84,5 +56,4 @@ for name in parked_nvme parked_pinned; do
 done
 # Every job's budget came back when its run deleted it.
 "$strata" status --socket "$sock_dir/s.sock" | tee "$work/status.txt"
-if [ "$status" -ne 0 ]; then echo "--- stratad log"; tail -50 "$work/stratad.log"; exit 1; fi
-echo "PASS: infinity on the $where tier (and parked to NVMe and to pinned host) trained the same bits as local mode for $steps steps"
+finish "infinity on the $where tier (and parked to NVMe and to pinned host) trained the same bits as local mode for $steps steps"
