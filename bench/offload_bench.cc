@@ -68,6 +68,15 @@ struct ModeResult {
   uint64_t daemon_peak_rss = 0;  // VmHWM of the private daemon over this size's run (0: not ours)
   uint64_t window_peak = 0;      // largest resident bytes of the exchange region seen (sampled)
   uint64_t staging = 0;          // the daemon's NVMe staging for this job (3 sets x streams x tile)
+  // The daemon's own breakdown of each measured step (GetStats' last_step,
+  // read after the round's step).
+  std::vector<StepBreakdown> daemon_steps;
+  // The median of each field over the rounds.
+  double DaemonMedian(double StepBreakdown::*field) const {
+    std::vector<double> v;
+    for (const StepBreakdown& b : daemon_steps) v.push_back(b.*field);
+    return v.empty() ? 0 : Median(v);
+  }
   double step() const { return Median(step_s); }
   double optimizer() const { return Median(optimizer_s); }
   double io() const { return Median(io_s); }
@@ -332,6 +341,8 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
         case 0: {
           STRATA_ASSIGN_OR_RETURN(double s, DaemonStep(*rank, rep + 1));
           r.step_s.push_back(s);
+          STRATA_ASSIGN_OR_RETURN(StepBreakdown b, client_->LastStep(spec.name));
+          r.daemon_steps.push_back(b);
           break;
         }
         case 1: {
@@ -385,6 +396,24 @@ void OffloadBench::Report() const {
                   static_cast<double>(r.io_read_bytes + r.io_written_bytes) / r.io() / 1e9, r.io_engine.c_str());
     }
   }
+  // Where the daemon says the step went: the trainer-side step s is
+  // gradients in + stream + end + commit plus the RPCs around them.
+  std::printf("\ndaemon's step breakdown (medians of the rounds):\n");
+  std::printf("%-9s %8s %8s %9s %8s %11s %10s %11s %10s %11s %7s %8s\n", "mode", "params", "step s", "grads in",
+              "stream", "load wait", "save wait", "optimizer", "grads back", "params home", "end", "commit");
+  for (const ModeResult& r : results_) {
+    std::printf("%-9s %8s %8.3f %9.3f %8.3f %11.3f %10.3f %11.3f %10.3f %11.3f %7.3f %8.3f\n", ModeName(r.mode),
+                FormatCount(r.params).c_str(), r.step(), r.DaemonMedian(&StepBreakdown::gradients_in_s),
+                r.DaemonMedian(&StepBreakdown::stream_s), r.DaemonMedian(&StepBreakdown::load_wait_s),
+                r.DaemonMedian(&StepBreakdown::save_wait_s), r.DaemonMedian(&StepBreakdown::optimizer_s),
+                r.DaemonMedian(&StepBreakdown::grads_back_s), r.DaemonMedian(&StepBreakdown::params_home_s),
+                r.DaemonMedian(&StepBreakdown::end_s), r.DaemonMedian(&StepBreakdown::commit_s));
+  }
+  std::printf("the daemon's GetStats last_step after each round's step: grads in = first GradReady to the "
+              "optimizer step's start (the gradient copies, inspections and spills; all sent at once here, so pure "
+              "overhead, where training overlaps it with backward); stream = the pass over the states, holding "
+              "load wait / save wait (blocked on NVMe state tiles), optimizer, grads back (spilled gradients read) "
+              "and params home (new params written); end = the pipeline's drain; commit = the step made durable\n");
   std::printf("\nmemory (infinity: the window bounded by the job's pinned budget):\n");
   std::printf("%-9s %8s %14s %14s %14s %16s %12s\n", "mode", "params", "pinned budget", "staging", "window peak",
               "daemon peak RSS", "allowed");
@@ -458,6 +487,16 @@ absl::Status OffloadBench::WriteJson() const {
                      {"daemon_peak_rss_bytes", r.daemon_peak_rss},
                      {"window_peak_bytes", r.window_peak},
                      {"staging_bytes", r.staging},
+                     {"daemon_step", {{"gradients_in_s", r.DaemonMedian(&StepBreakdown::gradients_in_s)},
+                                      {"stream_s", r.DaemonMedian(&StepBreakdown::stream_s)},
+                                      {"load_wait_s", r.DaemonMedian(&StepBreakdown::load_wait_s)},
+                                      {"save_wait_s", r.DaemonMedian(&StepBreakdown::save_wait_s)},
+                                      {"optimizer_s", r.DaemonMedian(&StepBreakdown::optimizer_s)},
+                                      {"grads_back_s", r.DaemonMedian(&StepBreakdown::grads_back_s)},
+                                      {"params_home_s", r.DaemonMedian(&StepBreakdown::params_home_s)},
+                                      {"end_s", r.DaemonMedian(&StepBreakdown::end_s)},
+                                      {"commit_s", r.DaemonMedian(&StepBreakdown::commit_s)},
+                                      {"rounds", r.daemon_steps.size()}}},
                      {"load_average_start", load_start_},
                      {"load_average_end", load_end_}});
   }

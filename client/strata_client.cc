@@ -250,6 +250,36 @@ absl::StatusOr<std::vector<TierUsage>> StrataClient::Tiers() {
   return out;
 }
 
+namespace {
+
+StepBreakdown FromProto(const strata::v1::StepTimes& p) {
+  StepBreakdown b;
+  b.gradients_in_s = p.gradients_in_s();
+  b.stream_s = p.stream_s();
+  b.load_wait_s = p.load_wait_s();
+  b.save_wait_s = p.save_wait_s();
+  b.optimizer_s = p.optimizer_s();
+  b.grads_back_s = p.grads_back_s();
+  b.params_home_s = p.params_home_s();
+  b.end_s = p.end_s();
+  b.commit_s = p.commit_s();
+  return b;
+}
+
+}  // namespace
+
+absl::StatusOr<StepBreakdown> StrataClient::LastStep(const std::string& job) {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.rpc_timeout);
+  strata::v1::GetStatsResponse response;
+  STRATA_RETURN_IF_ERROR(connection_->Convert(
+      connection_->stub->GetStats(&context, strata::v1::GetStatsRequest(), &response), "GetStats"));
+  for (const auto& j : response.jobs()) {
+    if (j.job().name() == job) return FromProto(j.last_step());
+  }
+  return absl::NotFoundError(absl::StrCat("job '", job, "' is not in the daemon's stats (or not yours)"));
+}
+
 absl::StatusOr<std::string> StrataClient::StatsText() {
   grpc::ClientContext context;
   connection_->SetDeadline(&context, connection_->options.rpc_timeout);
@@ -272,6 +302,15 @@ absl::StatusOr<std::string> StrataClient::StatsText() {
                           j.mean_step_s(), j.stall_s(), static_cast<unsigned long long>(j.nvme_read_bytes()),
                           static_cast<unsigned long long>(j.nvme_write_bytes()), j.job().loss_scale(),
                           static_cast<unsigned long long>(j.job().skipped_steps()));
+    // Where the last applied step's time went (nothing before the first).
+    if (const StepBreakdown b = FromProto(j.last_step()); b.total_s() > 0) {
+      absl::StrAppendFormat(&out,
+                            "    last step %.2f s: gradients in %.2f s, stream %.2f s (waiting for NVMe loads %.2f s, "
+                            "saves %.2f s, optimizer %.2f s, gradients back %.2f s, params home %.2f s), end %.2f s, "
+                            "commit %.3f s\n",
+                            b.total_s(), b.gradients_in_s, b.stream_s, b.load_wait_s, b.save_wait_s, b.optimizer_s,
+                            b.grads_back_s, b.params_home_s, b.end_s, b.commit_s);
+    }
     // One row per tier: pinned (the window) and device (the job's arena)
     // show what the job holds of its budget there and its acquires into it.
     for (const auto& t : j.tiers()) {

@@ -183,6 +183,23 @@ struct TierUsage {
   uint64_t used_bytes = 0;
 };
 
+// Where a job's last applied optimizer step spent its time, in seconds, as
+// the daemon measured it (GetStats' StepTimes; docs/DAEMON.md). All zero
+// until a step was applied.
+struct StepBreakdown {
+  double gradients_in_s = 0;  // first accepted GradReady -> the step's start
+  double stream_s = 0;        // the pass over the states; holds the next five
+  double load_wait_s = 0;     // blocked waiting for NVMe state-tile loads
+  double save_wait_s = 0;     // blocked on state-tile saves
+  double optimizer_s = 0;     // the CPU optimizer
+  double grads_back_s = 0;    // spilled gradients read back
+  double params_home_s = 0;   // new params written home
+  double end_s = 0;           // the pipeline's end of step
+  double commit_s = 0;        // the step made durable
+  // gradients in + stream + end + commit: the daemon's share of the step.
+  double total_s() const { return gradients_in_s + stream_s + end_s + commit_s; }
+};
+
 class RankSession;
 
 class StrataClient {
@@ -205,6 +222,9 @@ class StrataClient {
   absl::StatusOr<std::vector<TierUsage>> Tiers();
   // Human-readable stats (what `strata stats` prints).
   absl::StatusOr<std::string> StatsText();
+  // Job `job`'s last applied step's breakdown (GetStats); NotFound when the
+  // daemon lists no such job of the caller's.
+  absl::StatusOr<StepBreakdown> LastStep(const std::string& job);
   absl::Status Noop();
   // Asks the daemon to stop accepting jobs, finish in-flight steps and exit.
   absl::Status Drain();

@@ -71,6 +71,20 @@ std::vector<strata::v1::JobTierStats> JobTierRows(const Job& job, const JobCount
   return rows;
 }
 
+strata::v1::StepTimes StepTimesProto(const StepTimes& t) {
+  strata::v1::StepTimes p;
+  p.set_gradients_in_s(t.gradients_in_s);
+  p.set_stream_s(t.stream_s);
+  p.set_load_wait_s(t.load_wait_s);
+  p.set_save_wait_s(t.save_wait_s);
+  p.set_optimizer_s(t.optimizer_s);
+  p.set_grads_back_s(t.grads_back_s);
+  p.set_params_home_s(t.params_home_s);
+  p.set_end_s(t.end_s);
+  p.set_commit_s(t.commit_s);
+  return p;
+}
+
 std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, const PinnedBudget& pinned,
                           const DeviceArena* device) {
   std::string out;

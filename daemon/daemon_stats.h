@@ -27,6 +27,9 @@ std::vector<strata::v1::TierStats> CollectTierStats(const ExtentStore* nvme, con
 // count the acquires into their own tier.
 std::vector<strata::v1::JobTierStats> JobTierRows(const Job& job, const JobCounters& c);
 
+// The job's last applied step's breakdown (GetStats' JobStats.last_step).
+strata::v1::StepTimes StepTimesProto(const StepTimes& t);
+
 // Every tier's and every job's gauges and counters, one HELP/TYPE block per
 // metric, jobs labelled by name.
 std::string RenderMetrics(const JobRegistry& registry, const ExtentStore* nvme, const PinnedBudget& pinned,

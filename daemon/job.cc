@@ -1,6 +1,7 @@
 #include "daemon/job.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -610,6 +611,7 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
   // A duplicate (see StepBarrier::Accept) changes nothing.
   STRATA_ASSIGN_OR_RETURN(const bool taken, barrier_.Accept(rank, index, step));
   if (!taken) return absl::OkStatus();
+  if (!grads_in_start_.has_value()) grads_in_start_ = absl::Now();  // the open step's first gradient
   pipeline_->GradArrivedLocked(mu_, rank, index, r.slots[index]);
   // Sending a gradient again replaces it: inspect the new contents.
   if (inspect_queued_.insert({rank, index}).second) {
@@ -777,18 +779,29 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
                               const std::vector<std::vector<ExchangeSlot>>& slots, int64_t optimizer_step,
                               float grad_scale, const std::vector<OptimizerHyperparams>& hp,
                               const std::function<absl::Status(const ShardId&)>& shard_done,
-                              const std::function<absl::StatusOr<const std::byte*>(const ShardId&)>& grad_source) {
+                              const std::function<absl::StatusOr<const std::byte*>(const ShardId&)>& grad_source,
+                              StepTimes* times) {
   const std::byte* shard_grad = nullptr;  // grad_source's answer for the shard being stepped
   const bool sixteen_bit = settings_.param_dtype != DType::kFp32;
   const size_t psize = DTypeSize(settings_.param_dtype);
   const size_t gsize = DTypeSize(settings_.grad_dtype);
-  return states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
+  // Adds the time since `from` to `*into` when the caller asked for times.
+  using Clock = std::chrono::steady_clock;
+  auto add_since = [times](Clock::time_point from, double StepTimes::*into) {
+    if (times != nullptr) times->*into += std::chrono::duration<double>(Clock::now() - from).count();
+  };
+  const Clock::time_point pass_start = Clock::now();
+  absl::Status status = states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
     const ExchangeSlot& slot = slots[id.rank][id.index];
     const uint64_t tile_end = tile.offset + tile.size;
     if (!grad_source) {
       shard_grad = regions_.GradSlot(id.rank, slot);
     } else if (tile.offset == 0) {
-      STRATA_ASSIGN_OR_RETURN(shard_grad, grad_source(id));
+      const Clock::time_point t0 = Clock::now();
+      absl::StatusOr<const std::byte*> grad = grad_source(id);
+      add_since(t0, &StepTimes::grads_back_s);
+      if (!grad.ok()) return grad.status();
+      shard_grad = *grad;
     }
     // A tile (NVMe streams a shard in tiles) may span several groups' runs:
     // each piece is stepped with its group's hyperparameters. The kernels
@@ -812,16 +825,32 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
         spans.param_out = param_out;
         spans.param_out_dtype = settings_.param_dtype;
       }
-      STRATA_RETURN_IF_ERROR(services_.optimizer->Step(hp.at(run.group), optimizer_step, spans, grad_scale));
+      const Clock::time_point t0 = Clock::now();
+      absl::Status stepped = services_.optimizer->Step(hp.at(run.group), optimizer_step, spans, grad_scale);
+      add_since(t0, &StepTimes::optimizer_s);
+      STRATA_RETURN_IF_ERROR(stepped);
       if (!sixteen_bit) std::memcpy(param_out, spans.params, spans.size * sizeof(float));
     }
-    if (shard_done && tile_end == slot.layout.padded_numel) return shard_done(id);
+    if (shard_done && tile_end == slot.layout.padded_numel) {
+      const Clock::time_point t0 = Clock::now();
+      absl::Status done = shard_done(id);
+      add_since(t0, &StepTimes::params_home_s);
+      return done;
+    }
     return absl::OkStatus();
   });
+  if (times != nullptr) {
+    add_since(pass_start, &StepTimes::stream_s);
+    const UpdateWaits waits = states_->last_update_waits();
+    times->load_wait_s += waits.load_s;
+    times->save_wait_s += waits.save_s;
+  }
+  return status;
 }
 
 void Job::RunStep() {
   const absl::Time start = absl::Now();
+  StepTimes times;  // written by this thread only; published under mu_ at the end
   bool overflow = false;
   double squared = 0;
   double scale;
@@ -835,6 +864,7 @@ void Job::RunStep() {
     // A failed gradient spill (AfterInspectLocked) failed this step already:
     // nothing of it may be applied or committed; the job is reloaded.
     if (reload_needed_) return;
+    if (grads_in_start_.has_value()) times.gradients_in_s = absl::ToDoubleSeconds(start - *grads_in_start_);
     StepStats stats = barrier_.LocalStats();
     if (settings_.external_step_agreement) stats = barrier_.CommittedOpenStep();
     overflow = stats.overflow;
@@ -869,10 +899,13 @@ void Job::RunStep() {
     }
     absl::MutexLock states_lock(&states_mu_);
     const StepHooks hooks = pipeline_->BeginStep(mu_, ids, slots);
-    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks.shard_done, hooks.grad_source);
+    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks.shard_done, hooks.grad_source, &times);
     // Before the commit: no spilled copy may become durable, and every
     // write of the step has ended.
-    if (absl::Status ended = pipeline_->EndStep(mu_); status.ok()) status = ended;
+    const absl::Time end_start = absl::Now();
+    absl::Status ended = pipeline_->EndStep(mu_);
+    times.end_s = absl::ToDoubleSeconds(absl::Now() - end_start);
+    if (status.ok()) status = ended;
     if (status.ok() && pipeline_->durable()) {
       // The record that goes into the same commit says this step is done.
       std::string record;
@@ -886,7 +919,9 @@ void Job::RunStep() {
         r.loss_scaler = after.state();
         record = SerializeJobRecord(r);
       }
+      const absl::Time commit_start = absl::Now();
       status = CommitWithRecord(record);
+      times.commit_s = absl::ToDoubleSeconds(absl::Now() - commit_start);
     }
   } else {
     pipeline_->SkipStep(mu_);  // a skipped step's gradients are not needed either
@@ -911,6 +946,7 @@ void Job::RunStep() {
                                          "restore the job from a checkpoint (LoadCheckpoint)")
                          : std::string()));
     reload_needed_ = nvme;
+    grads_in_start_.reset();
     changed_.SignalAll();
     PublishDoorbellsLocked();
     return;
@@ -926,6 +962,8 @@ void Job::RunStep() {
   else ++counters_.steps_applied;
   counters_.last_step_s = seconds;
   counters_.total_step_s += seconds;
+  if (!skip) counters_.last_step = times;
+  grads_in_start_.reset();  // the next step's first gradient starts its phase
   barrier_.Finish(step, outcome);
   PublishStepLocked(step, outcome);
   changed_.SignalAll();

@@ -55,12 +55,33 @@ class ExtentStore;
 class ParamStore;
 class Tier;
 
+// Where the last finished optimizer step's time went (GetStats' StepTimes,
+// `strata stats`). The streaming thread fills one during RunStep and the job
+// publishes it under its mutex when the step ends; all in seconds.
+struct StepTimes {
+  // The step's first accepted GradReady to RunStep's start: the trainers'
+  // gradient writes, their inspections and (Infinity) spills. In training
+  // this overlaps backward; a benchmark that sends every gradient at once
+  // sees it as pure overhead.
+  double gradients_in_s = 0;
+  double stream_s = 0;       // ApplyShards: the pass over every shard's states
+  // Inside stream_s (Infinity's NvmeShardStateStore; 0 for host states):
+  double load_wait_s = 0;    // blocked waiting for a state tile's load
+  double save_wait_s = 0;    // blocked on a tile's save (the set's reuse, the final drain)
+  double optimizer_s = 0;    // CpuOptimizer::Step calls
+  double grads_back_s = 0;   // the pipeline's grad_source (a spilled gradient read back)
+  double params_home_s = 0;  // the pipeline's shard_done (new params written home)
+  double end_s = 0;          // the pipeline's EndStep (its writes drained)
+  double commit_s = 0;       // CommitWithRecord (Infinity: the step made durable)
+};
+
 struct JobCounters {
   uint64_t steps_applied = 0;
   uint64_t steps_skipped = 0;
   double last_step_s = 0;
   double total_step_s = 0;
   ParamCacheStats params;
+  StepTimes last_step;  // all zero until a step finished (applied; a skipped step keeps the last)
   uint64_t grad_bytes_spilled = 0;    // Infinity: gradients written to NVMe (window full)
   uint64_t grad_bytes_read_back = 0;
   // The job's share of the pinned tier: what it reserved of the daemon's
@@ -320,12 +341,14 @@ class Job {
   // Each run of same-group elements is stepped with hp[group].
   // `shard_done`, when set, runs after a shard's last tile was stepped;
   // `grad_source`, when set, gives each shard's gradient, else it is read
-  // from its slot (the pipeline's StepHooks).
+  // from its slot (the pipeline's StepHooks). `times`, when set, gets the
+  // pass's breakdown (stream, waits, optimizer, hooks).
   absl::Status ApplyShards(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
                            int64_t optimizer_step, float grad_scale, const std::vector<OptimizerHyperparams>& hp,
                            const std::function<absl::Status(const ShardId&)>& shard_done = nullptr,
                            const std::function<absl::StatusOr<const std::byte*>(const ShardId&)>& grad_source =
-                               nullptr);
+                               nullptr,
+                           StepTimes* times = nullptr);
   uint64_t ParamSlotBytes(const ExchangeSlot& slot) const { return slot_dtypes_.ParamSlotBytes(slot); }
 
   const uint64_t id_;
@@ -373,6 +396,9 @@ class Job {
   LossScaler scaler_ ABSL_GUARDED_BY(mu_);
   uint64_t optimizer_steps_ ABSL_GUARDED_BY(mu_) = 0;
   JobCounters counters_ ABSL_GUARDED_BY(mu_);
+  // When the open step's first gradient was accepted (the start of its
+  // gradients-in phase); reset when the step ends.
+  std::optional<absl::Time> grads_in_start_ ABSL_GUARDED_BY(mu_);
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
   // (rank, index) with an inspection queued and not yet started: a re-sent
   // gradient needs no second one (the queued one reads the new contents), so

@@ -38,6 +38,7 @@ class NvmeShardStateStore final : public ShardStateStore {
   absl::Status Read(const std::vector<ShardId>& shards, const TileFn& fn) override;
   uint64_t bytes() const override;
   StateStaging staging() const override { return StateStaging{tile_elements_ * 4, staging_.size()}; }
+  UpdateWaits last_update_waits() const override { return waits_; }
 
  private:
   struct TileRef {
@@ -68,6 +69,7 @@ class NvmeShardStateStore final : public ShardStateStore {
   // doubled read throughput on virtio disks (docs/SWAP.md).
   AlignedBuffer staging_;
   absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t> numel_;  // per shard
+  UpdateWaits waits_;  // of the last Run (one Run at a time: see above)
 };
 
 }  // namespace strata

@@ -39,6 +39,12 @@ struct StateStaging {
   uint64_t bytes = 0;       // the staging buffers in all (sets x streams x tile, less for small shards)
 };
 
+// How long the last Update blocked on its storage, in seconds.
+struct UpdateWaits {
+  double load_s = 0;  // waiting for a tile's load before `fn` could run on it
+  double save_s = 0;  // waiting for a tile's save (its staging set's reuse, the final drain)
+};
+
 class ShardStateStore {
  public:
   virtual ~ShardStateStore() = default;
@@ -64,6 +70,10 @@ class ShardStateStore {
   virtual uint64_t bytes() const = 0;
 
   virtual StateStaging staging() const { return {}; }
+
+  // The waits of the last Update (zero for a store that keeps its states in
+  // memory). Call from the thread that called Update, after it returned.
+  virtual UpdateWaits last_update_waits() const { return {}; }
 };
 
 }  // namespace strata

@@ -499,6 +499,7 @@ grpc::Status StrataService::GetStats(grpc::ServerContext* context, const strata:
     js->set_nvme_write_bytes(c.params.bytes_written);
     js->set_pinned_bytes(c.pinned_reserved_bytes);
     for (auto& row : JobTierRows(*job, c)) *js->add_tiers() = std::move(row);
+    *js->mutable_last_step() = StepTimesProto(c.last_step);
   }
   return grpc::Status::OK;
 }

@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "tests/daemon_fixture.h"
 
 namespace strata {
@@ -184,6 +186,86 @@ TEST(DaemonWindowTest, ABudgetBelowParamsAndGradsTrainsTheSameBitsInBoundedMemor
     EXPECT_EQ(job.nvme_tile_bytes, kSlotBytes) << job.name;
     EXPECT_EQ(job.nvme_staging_bytes, 3 * 3 * kSlotBytes) << job.name;
   }
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+// GetStats' last_step: where the daemon says the step went. Its parts are
+// measured inside the step the trainer waited for, so they fit in the
+// trainer's wall time around it; the stream holds the waits, the optimizer
+// and the hooks; a job that never stepped reports zeros.
+TEST(DaemonWindowTest, StatsBreakDownTheLastStep) {
+  DaemonProcess daemon(MakeTestDir("window", "breakdown"));
+  ASSERT_TRUE(daemon.Start());
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->CreateJob(Spec("idle", 0)).ok());
+  ASSERT_TRUE(client->CreateJob(Spec("stepped", kBudget)).ok());
+  auto idle = client->LastStep("idle");
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  EXPECT_EQ(idle->total_s(), 0);
+  EXPECT_EQ(idle->load_wait_s + idle->save_wait_s + idle->optimizer_s + idle->grads_back_s + idle->params_home_s, 0);
+  EXPECT_EQ(client->LastStep("no-such-job").status().code(), absl::StatusCode::kNotFound);
+
+  auto session = client->Attach("stepped", 0);
+  ASSERT_TRUE(session.ok()) << session.status();
+  RankSession& rank = **session;
+  ASSERT_TRUE(rank.RegisterTensors(Model()).ok());
+  for (ShardView& shard : rank.shards()) {
+    float* p = reinterpret_cast<float*>(shard.param);
+    for (uint64_t e = 0; e < shard.padded_numel; ++e) p[e] = Initial(shard.index, e);
+  }
+  ASSERT_TRUE(rank.InitParams().ok());
+  constexpr double kEpsilon = 0.02;  // two clocks read at slightly different moments
+  for (int step = 0; step < 2; ++step) {
+    // Idle time between steps belongs to no step: the gradients-in phase
+    // starts at the next step's first gradient.
+    if (step > 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const absl::Time start = absl::Now();
+    for (ShardView& shard : rank.shards()) {
+      float* g = reinterpret_cast<float*>(shard.grad);
+      for (uint64_t e = 0; e < shard.padded_numel; ++e) g[e] = Grad(shard.index, e, step);
+      ASSERT_TRUE(rank.GradReady(shard.index, step).ok());
+    }
+    auto result = rank.WaitStep(step);
+    const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_FALSE(result->skipped);
+    auto b = client->LastStep("stepped");
+    ASSERT_TRUE(b.ok()) << b.status();
+    std::printf("step %d: wall %.4f s; daemon: gradients in %.4f, stream %.4f (load wait %.4f, save wait %.4f, "
+                "optimizer %.4f, grads back %.4f, params home %.4f), end %.4f, commit %.4f s\n",
+                step, wall, b->gradients_in_s, b->stream_s, b->load_wait_s, b->save_wait_s, b->optimizer_s,
+                b->grads_back_s, b->params_home_s, b->end_s, b->commit_s);
+    EXPECT_GT(b->stream_s, 0);
+    EXPECT_GT(b->optimizer_s, 0);
+    EXPECT_GE(b->gradients_in_s, 0);
+    EXPECT_GE(b->load_wait_s, 0);
+    EXPECT_GE(b->save_wait_s, 0);
+    EXPECT_GE(b->grads_back_s, 0);
+    EXPECT_GT(b->params_home_s, 0);  // Infinity stores every shard's new params home
+    EXPECT_GT(b->commit_s, 0);       // and commits the step
+    EXPECT_LE(b->total_s(), wall + kEpsilon);
+    EXPECT_LE(b->load_wait_s + b->save_wait_s + b->optimizer_s + b->grads_back_s + b->params_home_s,
+              b->stream_s + kEpsilon);
+  }
+  // `strata stats` prints the breakdown for the job that stepped only.
+  auto stats = client->StatsText();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  std::printf("%s", stats->c_str());
+  const size_t stepped = stats->find("  stepped ");
+  const size_t idle_at = stats->find("  idle ");
+  ASSERT_NE(stepped, std::string::npos) << *stats;
+  ASSERT_NE(idle_at, std::string::npos) << *stats;
+  // A job's row and its indented lines, up to the next job's row.
+  auto row_of = [&](size_t at) {
+    size_t end = stats->find('\n', at);
+    while (end != std::string::npos && stats->compare(end + 1, 4, "    ") == 0) end = stats->find('\n', end + 1);
+    return stats->substr(at, end == std::string::npos ? std::string::npos : end - at);
+  };
+  EXPECT_NE(row_of(stepped).find("    last step "), std::string::npos) << *stats;
+  EXPECT_NE(row_of(stepped).find("waiting for NVMe loads "), std::string::npos) << *stats;
+  EXPECT_EQ(row_of(idle_at).find("    last step "), std::string::npos) << *stats;
+  session->reset();
   EXPECT_EQ(daemon.Stop(), 0);
 }
 
