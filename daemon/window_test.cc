@@ -25,6 +25,38 @@ constexpr uint64_t kPage = 4096;
 constexpr uint64_t kSlot = 4 * kPage;  // bytes per param slot in these tests
 constexpr uint64_t kJob = 7;
 
+// An extent store in a scratch directory whose writes tagged with `job`
+// fail with EIO after the first (swap/testing/fault_plan.h).
+struct FailingWritesStore {
+  static std::unique_ptr<FailingWritesStore> Create(const std::string& name, uint64_t job) {
+    auto dir = TestDir::Create(name);
+    EXPECT_TRUE(dir.ok()) << dir.status();
+    auto plan = ParseFaultPlan(absl::StrCat("tag=", job, ",op=write,kind=eio,after=1,run=1000"));
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!dir.ok() || !plan.ok()) return nullptr;
+    auto out = std::unique_ptr<FailingWritesStore>(new FailingWritesStore{std::move(*dir), FaultPlanEngines(*plan), nullptr, nullptr});
+    auto inner = NewPsyncEngine({});
+    EXPECT_TRUE(inner.ok()) << inner.status();
+    if (!inner.ok()) return nullptr;
+    out->engine = out->faults.Wrap(std::move(*inner));
+    ExtentStoreOptions options;
+    options.paths = {out->dir.path()};
+    options.capacity_bytes_per_path = 16 << 20;
+    options.sync_policy = SyncPolicy::kNever;
+    options.allow_buffered_fallback = true;
+    auto store = ExtentStore::Open(options, out->engine.get());
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (!store.ok()) return nullptr;
+    out->store = std::move(*store);
+    return out;
+  }
+
+  TestDir dir;
+  FaultPlanEngines faults;
+  std::unique_ptr<IoEngine> engine;
+  std::unique_ptr<ExtentStore> store;  // uses engine
+};
+
 class WindowTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -131,23 +163,10 @@ TEST_F(WindowTest, ParamsStartedHomeAreHomeAfterFinishStoresAndAFailedWriteIsRep
     }
   }
   // Param writes fail (EIO): each failure is returned once, naming its shard.
-  auto dir = TestDir::Create("window-home-faults");
-  ASSERT_TRUE(dir.ok()) << dir.status();
-  auto plan = ParseFaultPlan(absl::StrCat("tag=", kJob + 1, ",op=write,kind=eio,after=1,run=1000"));
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  FaultPlanEngines faults(*plan);
-  auto inner = NewPsyncEngine({});
-  ASSERT_TRUE(inner.ok()) << inner.status();
-  std::unique_ptr<IoEngine> engine = faults.Wrap(std::move(*inner));
-  ExtentStoreOptions options;
-  options.paths = {dir->path()};
-  options.capacity_bytes_per_path = 16 << 20;
-  options.sync_policy = SyncPolicy::kNever;
-  options.allow_buffered_fallback = true;
-  auto store = ExtentStore::Open(options, engine.get());
-  ASSERT_TRUE(store.ok()) << store.status();
+  auto failing = FailingWritesStore::Create("window-home-faults", kJob + 1);
+  ASSERT_NE(failing, nullptr);
   {
-    ParamCache cache(kJob + 1, 1, store->get(), locate, /*budget_bytes=*/2 * kSlot, /*lookahead=*/0, workers_.get(),
+    ParamCache cache(kJob + 1, 1, failing->store.get(), locate, /*budget_bytes=*/2 * kSlot, /*lookahead=*/0, workers_.get(),
                      discard);
     // Shard 0's write fails; StartStoreHome only issues it, and the next
     // call, which waits for it, returns the failure.
@@ -163,7 +182,7 @@ TEST_F(WindowTest, ParamsStartedHomeAreHomeAfterFinishStoresAndAFailedWriteIsRep
         << finished;
     EXPECT_TRUE(cache.FinishStores().ok());  // nothing left in flight
   }
-  EXPECT_NE(faults.Summary().find("eio"), std::string::npos) << faults.Summary();
+  EXPECT_NE(failing->faults.Summary().find("eio"), std::string::npos) << failing->faults.Summary();
 }
 
 TEST_F(WindowTest, SpilledGradientsComeBackBitIdenticalInStepOrder) {
@@ -208,25 +227,12 @@ TEST_F(WindowTest, SpilledGradientsComeBackBitIdenticalInStepOrder) {
 // The spill write is asynchronous: a failed one is reported by the next
 // Spill, or by the step's read-back, never lost.
 TEST_F(WindowTest, AFailedSpillWriteFailsTheNextSpillAndTheReadBack) {
-  auto dir = TestDir::Create("window-faults");
-  ASSERT_TRUE(dir.ok()) << dir.status();
-  auto plan = ParseFaultPlan(absl::StrCat("tag=", kJob, ",op=write,kind=eio,after=1,run=1000"));
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  FaultPlanEngines faults(*plan);
-  auto inner = NewPsyncEngine({});
-  ASSERT_TRUE(inner.ok()) << inner.status();
-  std::unique_ptr<IoEngine> engine = faults.Wrap(std::move(*inner));
-  ExtentStoreOptions options;
-  options.paths = {dir->path()};
-  options.capacity_bytes_per_path = 16 << 20;
-  options.sync_policy = SyncPolicy::kNever;
-  options.allow_buffered_fallback = true;
-  auto store = ExtentStore::Open(options, engine.get());
-  ASSERT_TRUE(store.ok()) << store.status();
+  auto failing = FailingWritesStore::Create("window-faults", kJob);
+  ASSERT_NE(failing, nullptr);
   auto buffer = AlignedBuffer::Allocate(kPage, kPage);
   ASSERT_TRUE(buffer.ok());
   {
-    auto spill = GradSpill::Create(kJob, store->get(), kPage);
+    auto spill = GradSpill::Create(kJob, failing->store.get(), kPage);
     ASSERT_TRUE(spill.ok()) << spill.status();
     EXPECT_TRUE((*spill)->Spill(0, 0, absl::Span<const std::byte>(buffer->data(), kPage)).ok());  // started
     absl::Status next = (*spill)->Spill(0, 1, absl::Span<const std::byte>(buffer->data(), kPage));
@@ -234,7 +240,7 @@ TEST_F(WindowTest, AFailedSpillWriteFailsTheNextSpillAndTheReadBack) {
     EXPECT_NE(next.message().find("spilling the gradient of shard 0 of rank 0"), std::string::npos) << next;
   }
   {
-    auto spill = GradSpill::Create(kJob, store->get(), kPage);
+    auto spill = GradSpill::Create(kJob, failing->store.get(), kPage);
     ASSERT_TRUE(spill.ok()) << spill.status();
     EXPECT_TRUE((*spill)->Spill(0, 2, absl::Span<const std::byte>(buffer->data(), kPage)).ok());
     (*spill)->BeginReadback({{ShardId{0, 2}, kPage}});
@@ -244,7 +250,7 @@ TEST_F(WindowTest, AFailedSpillWriteFailsTheNextSpillAndTheReadBack) {
     (*spill)->EndReadback();
     (*spill)->DeleteAll();
   }
-  EXPECT_NE(faults.Summary().find("eio"), std::string::npos) << faults.Summary();
+  EXPECT_NE(failing->faults.Summary().find("eio"), std::string::npos) << failing->faults.Summary();
 }
 
 }  // namespace
