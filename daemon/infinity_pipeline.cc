@@ -256,20 +256,16 @@ StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<Sha
       }
       param_cache_->SetReserved(reserved);
     }
-    // The write runs behind the next shard's step (EndStep waits for it).
-    return param_cache_->StartStoreHome(id.rank, id.index);
+    return param_cache_->StoreHome(id.rank, id.index);
   };
   return hooks;
 }
 
-absl::Status InfinityPipeline::EndStep(absl::Mutex& job_mu) {
-  // The step's params are home before anything commits it.
-  absl::Status stored = param_cache_->FinishStores();
+void InfinityPipeline::EndStep(absl::Mutex& job_mu) {
   param_cache_->EndUpdate();
   // Before the commit: no spilled copy may become durable.
   ClearGradsAfterStep(job_mu);
   step_slots_ = nullptr;
-  return stored;
 }
 
 void InfinityPipeline::SkipStep(absl::Mutex& job_mu) { ClearGradsAfterStep(job_mu); }

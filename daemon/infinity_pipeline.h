@@ -65,7 +65,7 @@ class InfinityPipeline final : public StepPipeline {
                                   const ExchangeSlot& slot) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
   StepHooks BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
                       const std::vector<std::vector<ExchangeSlot>>& slots) override ABSL_LOCKS_EXCLUDED(job_mu);
-  absl::Status EndStep(absl::Mutex& job_mu) override ABSL_LOCKS_EXCLUDED(job_mu);
+  void EndStep(absl::Mutex& job_mu) override ABSL_LOCKS_EXCLUDED(job_mu);
   void SkipStep(absl::Mutex& job_mu) override ABSL_LOCKS_EXCLUDED(job_mu);
 
  private:

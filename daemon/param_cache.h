@@ -28,7 +28,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -118,15 +117,6 @@ class ParamCache {
   // Writes the current contents of the rank's slot `index` to NVMe as the new
   // home version; the slot stays resident (clean), within the budget.
   absl::Status StoreHome(uint32_t rank, uint32_t index);
-  // As StoreHome, but returns once the write is issued (it runs on the
-  // store's transfer threads), so the optimizer step goes on to the next
-  // shard while this one's params go home. At most one such write is in
-  // flight: a second waits for the first (the window holds, beyond its
-  // budget, the slot being written home and the slot being stepped). A
-  // failed write is returned by the next StartStoreHome or FinishStores.
-  absl::Status StartStoreHome(uint32_t rank, uint32_t index);
-  // Waits for the writes StartStoreHome issued; the first error, if any.
-  absl::Status FinishStores();
   // Reads the NVMe home of shard (rank, index) -- the params as of the last
   // step, whatever is resident -- into `into` (aligned, at least the slot's
   // padded bytes). A restored job's slots start empty; its homes do not.
@@ -197,16 +187,6 @@ class ParamCache {
   void Prefetch(uint32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Usable() const ABSL_LOCKS_EXCLUDED(mu_);
   void TrimToBudget() ABSL_LOCKS_EXCLUDED(mu_);
-  // Marks the slot's contents the shard's latest version and starts writing
-  // them home.
-  absl::StatusOr<TransferHandle> IssueStoreHome(uint32_t rank, uint32_t index);
-  // A write StartStoreHome issued and nobody has waited for yet.
-  struct PendingStore {
-    uint32_t rank = 0;
-    uint32_t index = 0;
-    TransferHandle written;
-  };
-  absl::Status WaitStore(const PendingStore& store);
 
   const uint64_t job_id_;
   const uint32_t ranks_;
@@ -233,7 +213,6 @@ class ParamCache {
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t device_budget_ ABSL_GUARDED_BY(mu_) = 0;
   bool updating_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<PendingStore> stores_ ABSL_GUARDED_BY(mu_);  // StartStoreHome's, oldest first
   int issuing_ ABSL_GUARDED_BY(mu_) = 0;  // calls asking the store for promotions now
   bool detached_ ABSL_GUARDED_BY(mu_) = false;
   // Hits, misses, waits and stall of the window's acquires and the device's.

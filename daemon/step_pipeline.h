@@ -123,9 +123,7 @@ class StepPipeline {
   virtual StepHooks BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
                               const std::vector<std::vector<ExchangeSlot>>& slots)
       ABSL_LOCKS_EXCLUDED(job_mu) = 0;
-  // Ends the step's I/O; an error (a write that failed) fails the step,
-  // which is then not committed.
-  virtual absl::Status EndStep(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu) = 0;
+  virtual void EndStep(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu) = 0;
   // A skipped step (overflow): its gradients are not needed either.
   virtual void SkipStep(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu) = 0;
 };

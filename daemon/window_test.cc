@@ -128,63 +128,6 @@ TEST_F(WindowTest, EvictedParamSlotsGiveTheirMemoryBackAndComeBackBitForBit) {
   EXPECT_EQ(cache.SetReserved(0), 0u);
 }
 
-// The optimizer step's way home: StartStoreHome returns once the write is
-// issued; after FinishStores every shard's home holds what its slot held,
-// the window is back within its budget, and a write that failed is returned
-// (naming the shard) by FinishStores -- the step then fails uncommitted.
-TEST_F(WindowTest, ParamsStartedHomeAreHomeAfterFinishStoresAndAFailedWriteIsReported) {
-  constexpr uint32_t kShards = 6;
-  PinnedArenaOptions o;
-  o.name = "strata-test-window-home";
-  o.size_bytes = kShards * kSlot;
-  o.huge_pages = false;
-  o.populate = false;
-  auto arena = PinnedArena::Create(o);
-  ASSERT_TRUE(arena.ok()) << arena.status();
-  auto locate = [&](uint32_t, uint32_t index) { return ParamCache::ShardRef{arena->data() + index * kSlot, kSlot}; };
-  auto discard = [&](uint32_t, uint32_t index) { ASSERT_TRUE(arena->Discard(index * kSlot, kSlot).ok()); };
-  auto home = AlignedBuffer::Allocate(kSlot, kPage);
-  ASSERT_TRUE(home.ok());
-  {
-    ParamCache cache(kJob, 1, store_, locate, /*budget_bytes=*/2 * kSlot, /*lookahead=*/0, workers_.get(), discard);
-    for (uint32_t i = 0; i < kShards; ++i) {
-      const std::vector<std::byte> p = Pattern(kSlot, 100 + i);
-      std::memcpy(arena->data() + i * kSlot, p.data(), kSlot);
-      ASSERT_TRUE(cache.StartStoreHome(0, i).ok()) << "shard " << i;
-      // The budget, the slot just stepped and the one still going home.
-      EXPECT_LE(*arena->ResidentBytes(), 4 * kSlot);
-    }
-    ASSERT_TRUE(cache.FinishStores().ok());
-    EXPECT_EQ(cache.resident_bytes(), 2 * kSlot);
-    for (uint32_t i = 0; i < kShards; ++i) {
-      ASSERT_TRUE(cache.ReadHome(0, i, absl::Span<std::byte>(home->data(), kSlot)).ok());
-      const std::vector<std::byte> p = Pattern(kSlot, 100 + i);
-      EXPECT_EQ(std::memcmp(home->data(), p.data(), kSlot), 0) << "shard " << i;
-    }
-  }
-  // Param writes fail (EIO): each failure is returned once, naming its shard.
-  auto failing = FailingWritesStore::Create("window-home-faults", kJob + 1);
-  ASSERT_NE(failing, nullptr);
-  {
-    ParamCache cache(kJob + 1, 1, failing->store.get(), locate, /*budget_bytes=*/2 * kSlot, /*lookahead=*/0, workers_.get(),
-                     discard);
-    // Shard 0's write fails; StartStoreHome only issues it, and the next
-    // call, which waits for it, returns the failure.
-    absl::Status first = cache.StartStoreHome(0, 0);
-    EXPECT_TRUE(first.ok()) << first;
-    absl::Status second = cache.StartStoreHome(0, 1);
-    ASSERT_FALSE(second.ok());
-    EXPECT_NE(second.message().find("writing the params of shard 0 of rank 0 to NVMe"), std::string::npos) << second;
-    // Shard 1's write failed too: FinishStores returns it.
-    absl::Status finished = cache.FinishStores();
-    ASSERT_FALSE(finished.ok());
-    EXPECT_NE(finished.message().find("writing the params of shard 1 of rank 0 to NVMe"), std::string::npos)
-        << finished;
-    EXPECT_TRUE(cache.FinishStores().ok());  // nothing left in flight
-  }
-  EXPECT_NE(failing->faults.Summary().find("eio"), std::string::npos) << failing->faults.Summary();
-}
-
 TEST_F(WindowTest, SpilledGradientsComeBackBitIdenticalInStepOrder) {
   auto spill = GradSpill::Create(kJob, store_, 3 * kPage);
   ASSERT_TRUE(spill.ok()) << spill.status();
