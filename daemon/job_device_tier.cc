@@ -25,19 +25,15 @@ absl::StatusOr<std::unique_ptr<JobDeviceTier>> JobDeviceTier::Create(Device* dev
   if (options.arena_headroom < 1 || options.arena_headroom > 16) {
     return absl::InvalidArgumentError("device tier: arena_headroom must be 1..16");
   }
-  if (options.streams < 1) return absl::InvalidArgumentError("device tier: streams must be >= 1");
-  std::vector<StreamId> streams;
-  for (int i = 0; i < options.streams; ++i) {
-    STRATA_ASSIGN_OR_RETURN(StreamId s, device->CreateStream());
-    streams.push_back(s);
-  }
-  return std::unique_ptr<JobDeviceTier>(new JobDeviceTier(device, options, std::move(streams)));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceSlotCopier> copier, DeviceSlotCopier::Create(device, options.streams));
+  return std::unique_ptr<JobDeviceTier>(new JobDeviceTier(device, options, std::move(copier)));
 }
 
-JobDeviceTier::JobDeviceTier(Device* device, const JobDeviceTierOptions& options, std::vector<StreamId> streams)
+JobDeviceTier::JobDeviceTier(Device* device, const JobDeviceTierOptions& options,
+                             std::unique_ptr<DeviceSlotCopier> copier)
     : device_(device),
       options_(options),
-      streams_(std::move(streams)),
+      copier_(std::move(copier)),
       name_(absl::StrCat("device (", device->info().name, ")")) {}
 
 JobDeviceTier::~JobDeviceTier() {
@@ -209,32 +205,14 @@ absl::StatusOr<DeviceBuffer> JobDeviceTier::BufferOf(const TierSlot& slot) const
   return arenas_.at(it->second.job)->buffer;
 }
 
-StreamId JobDeviceTier::NextStream() {
-  return streams_[next_stream_.fetch_add(1, std::memory_order_relaxed) % streams_.size()];
-}
-
 absl::Status JobDeviceTier::Write(const TierSlot& slot, absl::Span<const std::byte> src) {
-  if (src.size() != slot.size_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, ": writing ", src.size(), " bytes into a slot of ", slot.size_bytes));
-  }
   STRATA_ASSIGN_OR_RETURN(DeviceBuffer buffer, BufferOf(slot));
-  const StreamId stream = NextStream();
-  STRATA_RETURN_IF_ERROR(device_->CopyToDevice(buffer, slot.offset_bytes, src.data(), src.size(), stream));
-  STRATA_ASSIGN_OR_RETURN(EventId done, device_->RecordEvent(stream));
-  return device_->WaitEvent(done);
+  return copier_->ToDevice(buffer, slot, src, name_);
 }
 
 absl::Status JobDeviceTier::Read(const TierSlot& slot, absl::Span<std::byte> dst) {
-  if (dst.size() < slot.size_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, ": reading a slot of ", slot.size_bytes, " bytes into ", dst.size()));
-  }
   STRATA_ASSIGN_OR_RETURN(DeviceBuffer buffer, BufferOf(slot));
-  const StreamId stream = NextStream();
-  STRATA_RETURN_IF_ERROR(device_->CopyToHost(dst.data(), buffer, slot.offset_bytes, slot.size_bytes, stream));
-  STRATA_ASSIGN_OR_RETURN(EventId done, device_->RecordEvent(stream));
-  return device_->WaitEvent(done);
+  return copier_->ToHost(dst, buffer, slot, name_);
 }
 
 }  // namespace strata

@@ -33,7 +33,6 @@
 #ifndef STRATA_DAEMON_JOB_DEVICE_TIER_H_
 #define STRATA_DAEMON_JOB_DEVICE_TIER_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +45,7 @@
 #include "core/ids.h"
 #include "core/unix_socket.h"
 #include "tiers/device.h"
+#include "tiers/device_slot_copier.h"
 #include "tiers/slot_allocator.h"
 #include "tiers/tier.h"
 
@@ -140,18 +140,16 @@ class JobDeviceTier final : public Tier {
     JobId job;
     SlotRange range;
   };
-  JobDeviceTier(Device* device, const JobDeviceTierOptions& options, std::vector<StreamId> streams);
+  JobDeviceTier(Device* device, const JobDeviceTierOptions& options, std::unique_ptr<DeviceSlotCopier> copier);
   void Release(JobId job);
   // Frees the arena when no lease nor slot holds it.
   void MaybeFreeLocked(JobId job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<DeviceBuffer> BufferOf(const TierSlot& slot) const;
-  StreamId NextStream();
 
   Device* const device_;
   const JobDeviceTierOptions options_;
-  const std::vector<StreamId> streams_;
+  const std::unique_ptr<DeviceSlotCopier> copier_;
   const std::string name_;
-  std::atomic<uint64_t> next_stream_{0};
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<JobId, std::unique_ptr<Arena>> arenas_ ABSL_GUARDED_BY(mu_);

@@ -17,12 +17,7 @@ absl::StatusOr<std::unique_ptr<DeviceTier>> DeviceTier::Create(Device* device,
     return absl::InvalidArgumentError(absl::StrCat(
         "device tier: capacity must be a positive multiple of ", align, " bytes"));
   }
-  if (options.streams < 1) return absl::InvalidArgumentError("device tier: streams must be >= 1");
-  std::vector<StreamId> streams;
-  for (int i = 0; i < options.streams; ++i) {
-    STRATA_ASSIGN_OR_RETURN(StreamId s, device->CreateStream());
-    streams.push_back(s);
-  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceSlotCopier> copier, DeviceSlotCopier::Create(device, options.streams));
   absl::StatusOr<DeviceBuffer> arena = device->Allocate(options.capacity_bytes);
   if (!arena.ok()) {
     return absl::Status(arena.status().code(),
@@ -30,15 +25,15 @@ absl::StatusOr<std::unique_ptr<DeviceTier>> DeviceTier::Create(Device* device,
                                      ": ", arena.status().message()));
   }
   return std::unique_ptr<DeviceTier>(
-      new DeviceTier(device, options, *arena, std::move(streams)));
+      new DeviceTier(device, options, *arena, std::move(copier)));
 }
 
 DeviceTier::DeviceTier(Device* device, const DeviceTierOptions& options, DeviceBuffer arena,
-                       std::vector<StreamId> streams)
+                       std::unique_ptr<DeviceSlotCopier> copier)
     : device_(device),
       options_(options),
       arena_(arena),
-      streams_(std::move(streams)),
+      copier_(std::move(copier)),
       name_(absl::StrCat("device (", device->info().name, ")")),
       allocator_(options.capacity_bytes, options.slot_alignment_bytes) {}
 
@@ -69,32 +64,12 @@ void DeviceTier::Free(const TierSlot& slot) {
   allocator_.Free(SlotRange{slot.offset_bytes, slot.footprint_bytes});
 }
 
-StreamId DeviceTier::NextStream() {
-  return streams_[next_stream_.fetch_add(1, std::memory_order_relaxed) % streams_.size()];
-}
-
 absl::Status DeviceTier::Write(const TierSlot& slot, absl::Span<const std::byte> src) {
-  if (src.size() != slot.size_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name_, ": writing ", src.size(), " bytes into a slot of ", slot.size_bytes));
-  }
-  const StreamId stream = NextStream();
-  STRATA_RETURN_IF_ERROR(
-      device_->CopyToDevice(arena_, slot.offset_bytes, src.data(), src.size(), stream));
-  STRATA_ASSIGN_OR_RETURN(EventId done, device_->RecordEvent(stream));
-  return device_->WaitEvent(done);
+  return copier_->ToDevice(arena_, slot, src, name_);
 }
 
 absl::Status DeviceTier::Read(const TierSlot& slot, absl::Span<std::byte> dst) {
-  if (dst.size() < slot.size_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name_, ": reading a slot of ", slot.size_bytes, " bytes into ", dst.size()));
-  }
-  const StreamId stream = NextStream();
-  STRATA_RETURN_IF_ERROR(
-      device_->CopyToHost(dst.data(), arena_, slot.offset_bytes, slot.size_bytes, stream));
-  STRATA_ASSIGN_OR_RETURN(EventId done, device_->RecordEvent(stream));
-  return device_->WaitEvent(done);
+  return copier_->ToHost(dst, arena_, slot, name_);
 }
 
 }  // namespace strata

@@ -8,17 +8,16 @@
 #ifndef STRATA_TIERS_DEVICE_TIER_H_
 #define STRATA_TIERS_DEVICE_TIER_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "tiers/device.h"
+#include "tiers/device_slot_copier.h"
 #include "tiers/slot_allocator.h"
 #include "tiers/tier.h"
 
@@ -56,15 +55,13 @@ class DeviceTier final : public Tier {
 
  private:
   DeviceTier(Device* device, const DeviceTierOptions& options, DeviceBuffer arena,
-             std::vector<StreamId> streams);
-  StreamId NextStream();
+             std::unique_ptr<DeviceSlotCopier> copier);
 
   Device* const device_;
   const DeviceTierOptions options_;
   const DeviceBuffer arena_;
-  const std::vector<StreamId> streams_;
+  const std::unique_ptr<DeviceSlotCopier> copier_;
   const std::string name_;
-  std::atomic<uint64_t> next_stream_{0};
 
   mutable absl::Mutex mu_;
   SlotAllocator allocator_ ABSL_GUARDED_BY(mu_);
