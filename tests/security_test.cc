@@ -61,7 +61,7 @@ class Raw {
   }
 
   grpc::Status CreateJob(const std::string& name, const std::string& config = kAdamW, uint32_t world = 1,
-                         v1::Mode mode = v1::MODE_OFFLOAD) {
+                         v1::Mode mode = v1::MODE_OFFLOAD, uint64_t device_budget_bytes = 0) {
     v1::CreateJobRequest r;
     r.set_name(name);
     r.set_world_size(world);
@@ -69,6 +69,7 @@ class Raw {
     r.set_deepspeed_config_json(config);
     r.set_param_dtype("fp32");
     r.set_grad_dtype("fp32");
+    r.set_device_budget_bytes(device_budget_bytes);
     v1::CreateJobResponse out;
     return Call(&v1::Strata::Stub::CreateJob, r, &out);
   }
@@ -253,16 +254,7 @@ TEST(SecurityTest, AnotherUidCannotListAttachDeleteDrainOrSaveOthersJobs) {
   ASSERT_TRUE(raw.Save("roots", "roots-ckpt").ok());
   {
     // A job with a device arena of its own, which the other uid must not reach.
-    v1::CreateJobRequest create;
-    create.set_name("roots-device");
-    create.set_world_size(1);
-    create.set_mode(v1::MODE_INFINITY);
-    create.set_deepspeed_config_json(kInfinity);
-    create.set_param_dtype("fp32");
-    create.set_grad_dtype("fp32");
-    create.set_device_budget_bytes(128 << 10);
-    v1::CreateJobResponse created;
-    grpc::Status made = raw.Call(&v1::Strata::Stub::CreateJob, create, &created);
+    grpc::Status made = raw.CreateJob("roots-device", kInfinity, 1, v1::MODE_INFINITY, 128 << 10);
     ASSERT_TRUE(made.ok()) << made.error_message();
   }
   struct stat st {};
@@ -324,16 +316,7 @@ TEST(SecurityTest, OtherUidSide) {
   // Its device memory is its own job's arena, twice its budget: a file of
   // that size (nothing else to map), read-only, holding nothing of anyone's
   // (the root side's job has a device budget of its own).
-  v1::CreateJobRequest create;
-  create.set_name("nobodys-device");
-  create.set_world_size(1);
-  create.set_mode(v1::MODE_INFINITY);
-  create.set_deepspeed_config_json(kInfinity);
-  create.set_param_dtype("fp32");
-  create.set_grad_dtype("fp32");
-  create.set_device_budget_bytes(64 << 10);
-  v1::CreateJobResponse created;
-  grpc::Status made = other.Call(&v1::Strata::Stub::CreateJob, create, &created);
+  grpc::Status made = other.CreateJob("nobodys-device", kInfinity, 1, v1::MODE_INFINITY, 64 << 10);
   ASSERT_TRUE(made.ok()) << made.error_message();
   EXPECT_EQ(other.Attach("roots-device").status().code(), absl::StatusCode::kPermissionDenied);
   auto attached = other.Attach("nobodys-device");
