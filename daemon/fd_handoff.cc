@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -119,6 +120,9 @@ void FdHandoffServer::Serve(UniqueFd connection, const PeerCredentials& peer) {
                         bell.status().message()));
     }
   }
+  // The job's own device arena, when asked for: its descriptor lives until
+  // the reply is sent.
+  std::optional<JobArenaShare> device_share;
   if (wants_device) {
     // Only a job that holds a device budget sees the arena.
     if (session->job->settings().device_budget_bytes == 0) {
@@ -137,11 +141,9 @@ void FdHandoffServer::Serve(UniqueFd connection, const PeerCredentials& peer) {
                         {});
       return;
     }
-    absl::StrAppend(&reply, " device ", share->bytes);
-    fds.push_back(share->read_only_fd.get());
-    // Sent before `share` (and its descriptor) goes out of scope.
-    (void)SendWithFds(connection.get(), reply, fds);
-    return;
+    device_share = std::move(*share);
+    absl::StrAppend(&reply, " device ", device_share->bytes);
+    fds.push_back(device_share->read_only_fd.get());
   }
   (void)SendWithFds(connection.get(), reply, fds);
 }
