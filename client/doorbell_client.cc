@@ -120,7 +120,7 @@ ClientDoorbell::Wait ClientDoorbell::WaitFor(Done done, absl::Duration timeout) 
   }
 }
 
-absl::Status ClientDoorbell::Signal(uint32_t index, uint64_t step, absl::Duration timeout) {
+absl::Status ClientDoorbell::Signal(uint32_t index, uint64_t step, uint64_t grad_bytes, absl::Duration timeout) {
   if (absl::Status s = TakeRefusal(); !s.ok()) return s;
   // The page's tail, not a private copy: entries an earlier session of this
   // rank published (and died before ringing) stay in the ring, ahead of ours.
@@ -137,6 +137,7 @@ absl::Status ClientDoorbell::Signal(uint32_t index, uint64_t step, absl::Duratio
   doorbell::Entry& e = shared_->entries[tail_ % doorbell::kCapacity];
   e.index.store(index, std::memory_order_relaxed);
   e.step.store(step, std::memory_order_relaxed);
+  untaken_.emplace_back(tail_, grad_bytes);
   ++tail_;
   // The gradient bytes and the entry, then the tail; seq_cst, paired with
   // the poller's clearing of daemon_polling and its last look at the tail.
@@ -145,6 +146,42 @@ absl::Status ClientDoorbell::Signal(uint32_t index, uint64_t step, absl::Duratio
   const uint64_t one = 1;
   // EAGAIN: the counter is full, so the daemon has a wake-up pending anyway.
   (void)!write(eventfd_.get(), &one, sizeof(one));
+  return absl::OkStatus();
+}
+
+absl::Status ClientDoorbell::WaitGradRoom(uint64_t bytes, uint64_t unsignaled, absl::Duration timeout) {
+  if (shared_->grad_room_bytes.load(std::memory_order_acquire) == 0) return absl::OkStatus();
+  // What the daemon holds, plus our signals it has not taken. The head is
+  // read first: the daemon counts a gradient as held before it moves the
+  // head past its signal, so a signal it took is never missed (at worst
+  // counted twice for a moment, which only waits longer).
+  auto committed = [&]() -> uint64_t {
+    const uint64_t head = shared_->head.load(std::memory_order_acquire);
+    while (!untaken_.empty() && static_cast<int64_t>(head - untaken_.front().first) > 0) untaken_.pop_front();
+    uint64_t total = shared_->grad_held_bytes.load(std::memory_order_acquire);
+    for (const auto& [position, grad_bytes] : untaken_) total += grad_bytes;
+    return total;
+  };
+  auto room = [&] {
+    const uint64_t limit = shared_->grad_room_bytes.load(std::memory_order_acquire);
+    const uint64_t keep = shared_->grad_keep_bytes.load(std::memory_order_acquire);
+    const uint64_t c = committed();
+    // Room for the slot; or the daemon is down to what it keeps, and will
+    // free nothing more before the step, which needs this slot written
+    // (slots written and kept unsignaled, as gradient accumulation does,
+    // then exceed the room: the trainer's choice).
+    return limit == 0 || (c + unsignaled <= limit && bytes <= limit - c - unsignaled) || c <= keep;
+  };
+  const Wait w = WaitFor(room, timeout);
+  if (w == Wait::kTimeout) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "WaitGradRoom: the daemon held ", shared_->grad_held_bytes.load(std::memory_order_relaxed),
+        " bytes of this rank's gradients (room ", shared_->grad_room_bytes.load(std::memory_order_relaxed),
+        ", ", unsignaled, " bytes written and not signaled, ", bytes, " wanted) for ", absl::FormatDuration(timeout),
+        " without spilling any: is the daemon stuck on its NVMe? (strata stats)"));
+  }
+  // Refused (reported by the next GradReady), closed or failed (GradReady
+  // then asks gRPC why): the write goes ahead, the signal fails.
   return absl::OkStatus();
 }
 

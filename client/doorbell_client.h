@@ -8,8 +8,10 @@
 #define STRATA_CLIENT_DOORBELL_CLIENT_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -40,7 +42,14 @@ class ClientDoorbell {
   // Publishes the signal and rings; waits (up to `timeout`) only when the
   // ring is full. Returns first any refusal the daemon reported for an
   // earlier signal.
-  absl::Status Signal(uint32_t index, uint64_t step, absl::Duration timeout);
+  // `grad_bytes` is the signaled slot's size, counted against the gradient
+  // window until the daemon takes the signal.
+  absl::Status Signal(uint32_t index, uint64_t step, uint64_t grad_bytes, absl::Duration timeout);
+  // Waits until the rank's gradient window (doorbell::Shared::grad_room_bytes)
+  // has room for `bytes` more, beside `unsignaled` bytes of slots written and
+  // not yet signaled; at once when the page sets no limit, closed or failed
+  // (the next GradReady says why). DeadlineExceeded names the figures.
+  absl::Status WaitGradRoom(uint64_t bytes, uint64_t unsignaled, absl::Duration timeout);
   // Waits until the daemon has taken every signal published so far and
   // returns a refusal it reported, if any. Unavailable when the page closed
   // or the job failed (ask gRPC why).
@@ -66,6 +75,9 @@ class ClientDoorbell {
   UniqueFd memfd_;
   UniqueFd eventfd_;
   uint64_t tail_ = 0;        // ours: what we published
+  // Our signals the daemon may not have taken yet: (ring position, gradient
+  // bytes), oldest first; dropped once the page's head passes them.
+  std::deque<std::pair<uint64_t, uint64_t>> untaken_;
   uint64_t error_seen_ = 0;  // the page's error_seq we have reported
 };
 

@@ -68,6 +68,10 @@ struct RankSession::State {
   uint64_t region_bytes = 0;
   std::vector<ShardView> shards;
   std::unique_ptr<ClientDoorbell> doorbell;  // when the daemon offered one
+  // Gradient slots WaitGradRoom let this session write and GradReady has not
+  // signaled yet (counted against the rank's gradient window).
+  std::vector<bool> grad_claimed;
+  uint64_t grad_claimed_bytes = 0;
   // The daemon's device arena (AttachRankResponse.device), mapped once.
   strata::v1::DeviceArenaShare device_share;
   bool device_offered = false;
@@ -569,6 +573,8 @@ absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors,
     view.param = st.region + s.param_offset();
     st.shards.push_back(std::move(view));
   }
+  st.grad_claimed.assign(st.shards.size(), false);
+  st.grad_claimed_bytes = 0;
   return absl::OkStatus();
 }
 
@@ -612,10 +618,32 @@ absl::Status RankSession::BeginStep(uint64_t step, absl::Span<const GroupHyperpa
                      state_->connection->options.rpc_timeout);
 }
 
+absl::Status RankSession::WaitGradRoom(uint32_t index) {
+  State& st = *state_;
+  if (index >= st.shards.size()) {
+    return absl::OutOfRangeError(absl::StrCat("WaitGradRoom: shard index ", index,
+                                              " is out of range: this rank has ", st.shards.size(), " shards"));
+  }
+  if (st.grad_claimed[index]) return absl::OkStatus();  // counted already, until its GradReady
+  const uint64_t bytes = st.shards[index].padded_numel * DTypeSize(st.grad_dtype);
+  if (st.doorbell != nullptr) {
+    STRATA_RETURN_IF_ERROR(
+        st.doorbell->WaitGradRoom(bytes, st.grad_claimed_bytes, st.connection->options.step_timeout));
+  }
+  st.grad_claimed[index] = true;
+  st.grad_claimed_bytes += bytes;
+  return absl::OkStatus();
+}
+
 absl::Status RankSession::GradReady(uint32_t index, uint64_t step) {
   State& st = *state_;
+  if (index < st.grad_claimed.size() && st.grad_claimed[index]) {
+    st.grad_claimed[index] = false;
+    st.grad_claimed_bytes -= st.shards[index].padded_numel * DTypeSize(st.grad_dtype);
+  }
   if (st.doorbell != nullptr && st.doorbell->CanSignal(index, step, st.shards.size())) {
-    return st.doorbell->Signal(index, step, st.connection->options.rpc_timeout);
+    return st.doorbell->Signal(index, step, st.shards[index].padded_numel * DTypeSize(st.grad_dtype),
+                               st.connection->options.rpc_timeout);
   }
   strata::v1::GradReadyRequest request;
   request.set_index(index);
@@ -673,6 +701,7 @@ absl::Status RankSession::WriteGrad(uint32_t index, const void* src, uint64_t by
     return absl::OutOfRangeError(absl::StrCat("WriteGrad: ", bytes, " bytes at offset ", offset,
                                               " do not fit shard ", index, "'s grad slot of ", slot_bytes, " bytes"));
   }
+  STRATA_RETURN_IF_ERROR(WaitGradRoom(index));
   CopyToSlot(shard.grad + offset, src, bytes);
   return absl::OkStatus();
 }

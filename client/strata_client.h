@@ -290,10 +290,20 @@ class RankSession {
   // GradReady, Flush or WaitStep. Mistakes the client can see (an index out
   // of range, a step that is not open) still go through gRPC and fail here.
   absl::Status GradReady(uint32_t index, uint64_t step);
+  // ZeRO-Infinity keeps a rank's gradients in memory within its share of the
+  // job's pinned budget (the gradient window, docs/DAEMON.md): call this
+  // before writing shard `index`'s grad slot. It returns once the daemon has
+  // inspected and spilled enough of the gradients signaled before to leave
+  // room for this one (at once for other modes, a job without a pinned
+  // budget, a slot already claimed and not yet signaled, or without the
+  // doorbell). Writing without it works, but the window then grows with the
+  // gradients written ahead of the daemon. DeadlineExceeded after the step
+  // timeout names the figures.
+  absl::Status WaitGradRoom(uint32_t index);
   // Copies `bytes` of gradient into shard `index`'s grad slot at byte
-  // `offset`, with streaming stores for large copies (client/slot_copy.h:
-  // faster than memcpy for a bucket the daemon reads next). OutOfRange when
-  // the bytes do not fit the slot.
+  // `offset` (after WaitGradRoom), with streaming stores for large copies
+  // (client/slot_copy.h: faster than memcpy for a bucket the daemon reads
+  // next). OutOfRange when the bytes do not fit the slot.
   absl::Status WriteGrad(uint32_t index, const void* src, uint64_t bytes, uint64_t offset = 0);
   // Waits until the daemon has taken every GradReady sent so far, returning
   // its refusal if it refused one. Immediate without the doorbell.

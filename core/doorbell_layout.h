@@ -38,7 +38,7 @@
 namespace strata::doorbell {
 
 inline constexpr uint32_t kMagic = 0x4C424453;  // "SDBL"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;  // 2: the gradient window (grad_room_bytes ...)
 // Entries in the ring; a power of two. A rank normally has one entry per
 // sub-group in flight; a full ring makes the trainer wait for the daemon.
 inline constexpr uint32_t kCapacity = 1024;
@@ -88,6 +88,18 @@ struct Shared {
   // before every rank called InitParams).
   std::atomic<uint64_t> open_step_plus1;
   std::atomic<uint64_t> done_steps;  // steps finished (the job's next step)
+  // The gradient window (ZeRO-Infinity): the bytes of gradient this rank may
+  // have in its slots at once (0: no limit), what the daemon holds of them
+  // now (taken by GradReady, not yet spilled to NVMe or stepped), and the
+  // hold it promises to come down to by spilling once every signal it took is
+  // inspected. A trainer waits before writing a slot until what the daemon
+  // holds, plus its own signals not yet taken and slots written but not yet
+  // signaled, leaves room for the slot -- or until the daemon holds no more
+  // than grad_keep_bytes (then nothing more will be freed before the step:
+  // writing is the only way forward). Every change bumps the epoch.
+  std::atomic<uint64_t> grad_room_bytes;
+  std::atomic<uint64_t> grad_keep_bytes;
+  std::atomic<uint64_t> grad_held_bytes;
   // The last signal the daemon refused (a stale step, say): a sequence
   // number (odd while being written), its absl::StatusCode and message.
   std::atomic<uint64_t> error_seq;

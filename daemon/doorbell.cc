@@ -75,6 +75,18 @@ void Doorbell::PublishState(uint64_t open_step_plus1, uint64_t done_steps, uint3
   Wake();  // seq_cst: orders the stores above before the epoch a waiter sees
 }
 
+void Doorbell::PublishGradWindow(uint64_t room, uint64_t keep, uint64_t held) {
+  if (shared_->grad_room_bytes.load(std::memory_order_relaxed) == room &&
+      shared_->grad_keep_bytes.load(std::memory_order_relaxed) == keep &&
+      shared_->grad_held_bytes.load(std::memory_order_relaxed) == held) {
+    return;  // (the trainer may have scribbled on these: then this publishes again)
+  }
+  shared_->grad_room_bytes.store(room, std::memory_order_release);
+  shared_->grad_keep_bytes.store(keep, std::memory_order_release);
+  shared_->grad_held_bytes.store(held, std::memory_order_release);
+  Wake();
+}
+
 void Doorbell::PublishOutcome(const DoorbellOutcome& outcome) {
   doorbell::Outcome& o = shared_->outcomes[outcome.step % doorbell::kOutcomes];
   o.tag.store(0, std::memory_order_relaxed);

@@ -78,6 +78,9 @@ class Doorbell {
   // open_step_plus1: the step gradients are accepted for + 1, or 0.
   void PublishState(uint64_t open_step_plus1, uint64_t done_steps, uint32_t flags);
   void PublishOutcome(const DoorbellOutcome& outcome);
+  // The rank's gradient window (doorbell::Shared::grad_room_bytes): wakes
+  // the trainer's waiters when it changed.
+  void PublishGradWindow(uint64_t room, uint64_t keep, uint64_t held);
 
   // The hub's side (one thread). Drains the eventfd and up to one ring of
   // entries. Returns how many entries were taken; -1 when the rank's job was

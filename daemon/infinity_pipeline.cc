@@ -76,6 +76,13 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
   // Room to work: a step writes one param slot beside a gradient.
   budget = std::max(budget, 2 * largest_param_slot + largest_grad_slot);
   param_budget_ = budget;
+  // Each rank's share of it for gradients, so a trainer writing a step's
+  // gradients faster than the daemon inspects and spills them waits instead
+  // of growing the window past the budget; no limit when the job set none.
+  if (pinned_budget_bytes_ != 0) {
+    grad_room_ = std::max(budget / std::max<uint32_t>(world_size_, 1), 2 * largest_grad_slot);
+    grad_keep_ = grad_room_ - largest_grad_slot;
+  }
   STRATA_ASSIGN_OR_RETURN(grad_spill_, GradSpill::Create(job_id_, nvme_, largest_grad_slot));
   if (pinned_ != nullptr) {
     // The window's budget and the staging that spilled gradients come back through.
@@ -102,6 +109,8 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
 void InfinityPipeline::AddRankLocked(absl::Mutex& /*job_mu*/, uint32_t rank, uint32_t world, size_t shards) {
   if (grad_at_.size() < world) grad_at_.resize(world);
   if (grad_signals_.size() < world) grad_signals_.resize(world);
+  if (grad_held_.size() < world) grad_held_.resize(world, 0);
+  grad_held_[rank] = 0;
   grad_at_[rank].assign(shards, kNowhere);
   grad_signals_[rank].assign(shards, 0);
 }
@@ -109,6 +118,10 @@ void InfinityPipeline::AddRankLocked(absl::Mutex& /*job_mu*/, uint32_t rank, uin
 void InfinityPipeline::DropRankLocked(absl::Mutex& /*job_mu*/, uint32_t rank) {
   if (rank < grad_at_.size()) grad_at_[rank].clear();
   if (rank < grad_signals_.size()) grad_signals_[rank].clear();
+  if (rank < grad_held_.size()) {
+    grad_resident_bytes_ -= grad_held_[rank];
+    grad_held_[rank] = 0;
+  }
 }
 
 void InfinityPipeline::CloseWindow() {
@@ -176,6 +189,10 @@ void InfinityPipeline::GradArrivedLocked(absl::Mutex& /*job_mu*/, uint32_t rank,
     // In its slot now (a re-sent gradient replaces a spilled copy).
     grad_at_[rank][index] = kInSlot;
     grad_resident_bytes_ += dtypes_.GradSlotBytes(slot);
+    grad_held_[rank] += dtypes_.GradSlotBytes(slot);
+    // Clean params make room at once: the trainer's room (GradWindowLocked)
+    // counts gradients only, so the params must not wait for the inspection.
+    param_cache_->SetReserved(grad_resident_bytes_);
   }
   // Sending a gradient again replaces it: a spill in progress must see that.
   if (index < grad_signals_[rank].size()) ++grad_signals_[rank][index];
@@ -186,9 +203,11 @@ absl::Status InfinityPipeline::AfterInspectLocked(absl::Mutex& job_mu, uint32_t 
   if (grad_at_[rank][index] != kInSlot) return absl::OkStatus();
   // Clean params go first: they are copies of their NVMe homes.
   const uint64_t params = param_cache_->SetReserved(grad_resident_bytes_);
-  if (params + grad_resident_bytes_ <= param_budget_) return absl::OkStatus();
-  // Still over (pinned params, or gradients alone fill the budget): this
-  // gradient, inspected already, goes to NVMe until the step needs it.
+  const bool rank_fits = grad_room_ == 0 || grad_held_[rank] <= grad_keep_;
+  if (params + grad_resident_bytes_ <= param_budget_ && rank_fits) return absl::OkStatus();
+  // Still over (pinned params, gradients alone fill the budget, or the rank
+  // holds more than its keep): this gradient, inspected already, goes to NVMe
+  // until the step needs it.
   const uint64_t bytes = dtypes_.GradSlotBytes(slot);
   const uint64_t signals = index < grad_signals_[rank].size() ? grad_signals_[rank][index] : 0;
   job_mu.Unlock();
@@ -212,9 +231,18 @@ absl::Status InfinityPipeline::AfterInspectLocked(absl::Mutex& job_mu, uint32_t 
   regions_->DiscardGradSlot(rank, slot);
   grad_at_[rank][index] = kSpilled;
   grad_resident_bytes_ -= bytes;
+  grad_held_[rank] -= bytes;
   grad_bytes_spilled_ += bytes;
   param_cache_->SetReserved(grad_resident_bytes_);
   return absl::OkStatus();
+}
+
+GradWindow InfinityPipeline::GradWindowLocked(absl::Mutex& /*job_mu*/, uint32_t rank) const {
+  GradWindow w;
+  w.room = grad_room_;
+  w.keep = grad_keep_;
+  w.held = rank < grad_held_.size() ? grad_held_[rank] : 0;
+  return w;
 }
 
 StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
@@ -252,6 +280,7 @@ StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<Sha
         absl::MutexLock lock(&job_mu);
         grad_at_[id.rank][id.index] = kNowhere;
         grad_resident_bytes_ -= dtypes_.GradSlotBytes(slot);
+        grad_held_[id.rank] -= dtypes_.GradSlotBytes(slot);
         reserved = grad_resident_bytes_;
       }
       param_cache_->SetReserved(reserved);
@@ -282,6 +311,7 @@ void InfinityPipeline::ClearGradsAfterStep(absl::Mutex& job_mu) {
       }
     }
     grad_resident_bytes_ = 0;
+    std::fill(grad_held_.begin(), grad_held_.end(), 0);
     grad_bytes_read_back_ = grad_spill_->read_back_bytes();
   }
   // The step consumed them; the next step's gradients are written anew.

@@ -63,6 +63,12 @@ class InfinityPipeline final : public StepPipeline {
   // (job_mu is released while it is written).
   absl::Status AfterInspectLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index,
                                   const ExchangeSlot& slot) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
+  // room = the window budget / world size (at least two of the largest
+  // gradient slot), keep = room - the largest gradient slot: a rank holding
+  // more than keep after an inspection spills that gradient, so a trainer
+  // that waits for room (RankSession::WaitGradRoom) always gets it.
+  GradWindow GradWindowLocked(absl::Mutex& job_mu, uint32_t rank) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
   StepHooks BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
                       const std::vector<std::vector<ExchangeSlot>>& slots) override ABSL_LOCKS_EXCLUDED(job_mu);
   void EndStep(absl::Mutex& job_mu) override ABSL_LOCKS_EXCLUDED(job_mu);
@@ -87,6 +93,8 @@ class InfinityPipeline final : public StepPipeline {
   // The window budget -- the bytes of param and gradient slots the job keeps
   // in memory (its pinned reservation).
   uint64_t param_budget_ = 0;
+  uint64_t grad_room_ = 0;  // per rank (0: no limit; see GradWindowLocked)
+  uint64_t grad_keep_ = 0;
   PinnedBudget::Reservation window_reservation_;
   ExchangeRegions* regions_ = nullptr;
   std::function<void()> rollback_;
@@ -99,6 +107,7 @@ class InfinityPipeline final : public StepPipeline {
   // changed leaves the slot alone -- it holds a re-sent gradient.
   std::vector<std::vector<uint64_t>> grad_signals_;
   uint64_t grad_resident_bytes_ = 0;  // bytes of gradient slots holding a gradient (kInSlot)
+  std::vector<uint64_t> grad_held_;   // the same, per rank
   uint64_t grad_bytes_spilled_ = 0;
   uint64_t grad_bytes_read_back_ = 0;
 

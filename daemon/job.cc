@@ -613,6 +613,7 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
   if (!taken) return absl::OkStatus();
   if (!grads_in_start_.has_value()) grads_in_start_ = absl::Now();  // the open step's first gradient
   pipeline_->GradArrivedLocked(mu_, rank, index, r.slots[index]);
+  PublishGradWindowLocked(rank);
   // Sending a gradient again replaces it: inspect the new contents.
   if (inspect_queued_.insert({rank, index}).second) {
     queue_.push_back(WorkItem{WorkItem::kInspect, rank, index});
@@ -736,7 +737,9 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   barrier_.Inspected(rank, index, *overflow, *norm);
   // Infinity: keeps the window within its budget, maybe spilling this
   // gradient (mu_ is released while it is written).
-  if (absl::Status fit = pipeline_->AfterInspectLocked(mu_, rank, index, slot); !fit.ok()) {
+  absl::Status fit = pipeline_->AfterInspectLocked(mu_, rank, index, slot);
+  PublishGradWindowLocked(rank);
+  if (!fit.ok()) {
     worker_error_ = absl::Status(
         fit.code(),
         absl::StrCat(fit.message(), "; nothing of step ", barrier_.next_step(), " of job '", settings_.name,
@@ -898,7 +901,16 @@ void Job::RunStep() {
       }
     }
     absl::MutexLock states_lock(&states_mu_);
-    const StepHooks hooks = pipeline_->BeginStep(mu_, ids, slots);
+    StepHooks hooks = pipeline_->BeginStep(mu_, ids, slots);
+    if (hooks.shard_done) {
+      // A stepped shard frees its gradient slot: the trainer may be waiting for that room.
+      hooks.shard_done = [this, done = std::move(hooks.shard_done)](const ShardId& id) {
+        absl::Status s = done(id);
+        absl::MutexLock lock(&mu_);
+        PublishGradWindowLocked(id.rank);
+        return s;
+      };
+    }
     status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks.shard_done, hooks.grad_source, &times);
     // Before the commit: no spilled copy may become durable.
     const absl::Time end_start = absl::Now();

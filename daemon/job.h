@@ -325,6 +325,9 @@ class Job {
   // Doorbell side (job_doorbell.cc): what the ranks' doorbell pages say --
   // the open step, steps done, closed/failed -- and a finished step.
   void PublishDoorbellsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rank `rank`'s gradient window (StepPipeline::GradWindowLocked) into its
+  // doorbell, after each change: the trainer's WaitGradRoom reads it there.
+  void PublishGradWindowLocked(uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishStepLocked(uint64_t step, const StepOutcome& outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A trainer wrote a wild value into its doorbell: the job fails.
   void FailFromDoorbell(const absl::Status& status);

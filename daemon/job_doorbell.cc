@@ -36,9 +36,17 @@ void Job::PublishDoorbellsLocked() {
   const uint64_t next_step = barrier_.next_step();
   const uint64_t open = all_initialized && !barrier_.step_queued() ? next_step + 1 : 0;
   const uint32_t flags = (stopping_ ? doorbell::kFlagClosed : 0) | (worker_error_.ok() ? 0 : doorbell::kFlagFailed);
-  for (const std::unique_ptr<Doorbell>& bell : doorbells_) {
-    if (bell != nullptr) bell->PublishState(open, next_step, flags);
+  for (uint32_t rank = 0; rank < doorbells_.size(); ++rank) {
+    if (doorbells_[rank] == nullptr) continue;
+    doorbells_[rank]->PublishState(open, next_step, flags);
+    PublishGradWindowLocked(rank);
   }
+}
+
+void Job::PublishGradWindowLocked(uint32_t rank) {
+  if (rank >= doorbells_.size() || doorbells_[rank] == nullptr) return;
+  const GradWindow w = pipeline_->GradWindowLocked(mu_, rank);
+  doorbells_[rank]->PublishGradWindow(w.room, w.keep, w.held);
 }
 
 void Job::PublishStepLocked(uint64_t step, const StepOutcome& outcome) {

@@ -140,7 +140,14 @@ TEST_F(InfinityPipelineTest, AGradientOverTheBudgetIsSpilledAndComesBackBitForBi
     JobCounters counters;
     pipeline.CountLocked(job_mu, counters);
     EXPECT_EQ(counters.window_budget_bytes, 3 * kPage);
-    EXPECT_EQ(counters.grad_bytes_spilled, kPage);  // one gradient made room for the rest
+    // Two spilled: one for the budget, one more so the rank holds no more
+    // than its keep -- the room (the whole budget, one rank) less a slot, so
+    // the trainer's next gradient always has room (RankSession::WaitGradRoom).
+    EXPECT_EQ(counters.grad_bytes_spilled, 2 * kPage);
+    const GradWindow w = pipeline.GradWindowLocked(job_mu, 0);
+    EXPECT_EQ(w.room, 3 * kPage);
+    EXPECT_EQ(w.keep, 2 * kPage);
+    EXPECT_EQ(w.held, 2 * kPage);
   }
   EXPECT_EQ(rollbacks, 0);
 
@@ -160,7 +167,8 @@ TEST_F(InfinityPipelineTest, AGradientOverTheBudgetIsSpilledAndComesBackBitForBi
   absl::MutexLock lock(&job_mu);
   JobCounters counters;
   pipeline.CountLocked(job_mu, counters);
-  EXPECT_EQ(counters.grad_bytes_read_back, kPage);
+  EXPECT_EQ(counters.grad_bytes_read_back, 2 * kPage);
+  EXPECT_EQ(pipeline.GradWindowLocked(job_mu, 0).held, 0u);  // the step took them all
   pipeline.CloseWindow();
 }
 

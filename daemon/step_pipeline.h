@@ -47,6 +47,15 @@ struct StepHooks {
   std::function<absl::Status(const ShardId&)> shard_done;
 };
 
+// A rank's gradient window (core/doorbell_layout.h, grad_room_bytes): the
+// bytes of gradient it may have in its slots at once (0: no limit), the hold
+// the pipeline comes down to by spilling, and what it holds now.
+struct GradWindow {
+  uint64_t room = 0;
+  uint64_t keep = 0;
+  uint64_t held = 0;
+};
+
 class StepPipeline {
  public:
   virtual ~StepPipeline() = default;
@@ -117,6 +126,13 @@ class StepPipeline {
   // gradient out; returns with it held. An error fails the step.
   virtual absl::Status AfterInspectLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index,
                                           const ExchangeSlot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu) = 0;
+  // Rank `rank`'s gradient window, which the job publishes in the rank's
+  // doorbell after every call above and every shard stepped. No limit (the
+  // default) where the region holds every slot.
+  virtual GradWindow GradWindowLocked(absl::Mutex& /*job_mu*/, uint32_t /*rank*/) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu) {
+    return GradWindow{};
+  }
 
   // --- The optimizer step (the job's states lock held, its main lock not).
   // `ids` are stepped in order over `slots`, which stay valid until EndStep.

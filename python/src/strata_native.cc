@@ -268,6 +268,20 @@ PYBIND11_MODULE(_native, m) {
           "Step `step`'s hyperparameters per param group: dicts of lr, beta1, beta2, eps, weight_decay, "
           "lr_decay.")
       .def(
+          "wait_grad_room",
+          [](PySession& s, uint32_t index) {
+            RankSession& session = s.get();
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = session.WaitGradRoom(index);
+            }
+            Check(status);
+          },
+          py::arg("index"),
+          "ZeRO-Infinity: waits until the rank's gradient window has room for shard `index`'s gradient; call "
+          "before writing its grad slot (the window then stays within the job's pinned budget).")
+      .def(
           "grad_ready",
           [](PySession& s, uint32_t index, uint64_t step) {
             RankSession& session = s.get();

@@ -403,6 +403,8 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             own = self._own[t]
             slot = self._grad_slot[t]
             if micro % self._gas == 1 or self._gas == 1:
+                # Infinity keeps the rank's gradients within its pinned budget: wait for room first.
+                self._session.wait_grad_room(t)
                 offload._copy(slot[:own], chunk[:own])
             else:
                 slot[:own].add_(chunk[:own])
@@ -431,6 +433,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             if t in self._ready:
                 continue
             if self._micro[t] == 0:     # no gradient this step (an unused param): zeros, as DDP
+                self._session.wait_grad_room(t)
                 self._grad_slot[t][:self._own[t]].zero_()
             self._session.grad_ready(t, self._step_index)
         t1 = time.perf_counter()
