@@ -67,6 +67,9 @@ struct ModeResult {
   uint64_t pinned_budget = 0;
   uint64_t daemon_peak_rss = 0;  // VmHWM of the private daemon over this size's run (0: not ours)
   uint64_t window_peak = 0;      // largest resident bytes of the exchange region seen (sampled)
+  // The same over the measured steps only (after InitParams, whose protocol
+  // has the trainer write every param slot first, and the warm-up step).
+  uint64_t window_step_peak = 0;
   uint64_t staging = 0;          // the daemon's NVMe staging for this job (3 sets x streams x tile)
   // The daemon's own breakdown of each measured step (GetStats' last_step,
   // read after the round's step).
@@ -148,6 +151,8 @@ class OffloadBench {
   std::string io_dir_;
   std::vector<uint16_t> grad_pattern_;
   std::atomic<uint64_t> window_peak_{0};
+  std::atomic<uint64_t> window_step_peak_{0};
+  std::atomic<bool> in_steps_{false};
   std::vector<ModeResult> results_;
   std::string load_start_, load_end_;
 };
@@ -272,11 +277,14 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   grad_pattern_ = GradPattern(largest);
   // Sample the region's resident bytes while the job runs (infinity: the window).
   window_peak_ = 0;
+  window_step_peak_ = 0;
+  in_steps_ = false;
   std::atomic<bool> sampling{true};
   std::thread sampler([&] {
     while (sampling.load()) {
       const uint64_t now = rank->ResidentRegionBytes().value_or(0);
       if (now > window_peak_.load()) window_peak_ = now;
+      if (in_steps_.load() && now > window_step_peak_.load()) window_step_peak_ = now;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
@@ -336,6 +344,7 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
     r.io_read_bytes = io->bytes_read_per_step();
     r.io_written_bytes = io->bytes_written_per_step();
   }
+  in_steps_ = true;
   // Each round measures the daemon's step and each part once, rotating which
   // goes first so slow drift on this shared machine hits all of them.
   for (uint32_t rep = 0; rep < f_.steps; ++rep) {
@@ -372,6 +381,7 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   sampling = false;
   sampler.join();
   r.window_peak = window_peak_.load();
+  r.window_step_peak = window_step_peak_.load();
   rank.reset();
   STRATA_RETURN_IF_ERROR(client_->DeleteJob(spec.name));
   return r;
@@ -418,18 +428,19 @@ void OffloadBench::Report() const {
               "load wait / save wait (blocked on NVMe state tiles), optimizer, grads back (spilled gradients read) "
               "and params home (new params written); end = the pipeline's drain; commit = the step made durable\n");
   std::printf("\nmemory (infinity: the window bounded by the job's pinned budget):\n");
-  std::printf("%-9s %8s %14s %14s %14s %16s %12s\n", "mode", "params", "pinned budget", "staging", "window peak",
-              "daemon peak RSS", "allowed");
+  std::printf("%-9s %8s %14s %14s %14s %14s %16s %12s\n", "mode", "params", "pinned budget", "staging",
+              "window peak", "in steps", "daemon peak RSS", "allowed");
   for (const ModeResult& r : results_) {
     const uint64_t allowed = r.pinned_budget + r.staging + (256ull << 20);
-    std::printf("%-9s %8s %14s %14s %14s %16s %12s\n", ModeName(r.mode), FormatCount(r.params).c_str(),
+    std::printf("%-9s %8s %14s %14s %14s %14s %16s %12s\n", ModeName(r.mode), FormatCount(r.params).c_str(),
                 r.pinned_budget ? FormatBytes(r.pinned_budget).c_str() : "-", FormatBytes(r.staging).c_str(),
-                FormatBytes(r.window_peak).c_str(),
+                FormatBytes(r.window_peak).c_str(), FormatBytes(r.window_step_peak).c_str(),
                 r.daemon_peak_rss ? FormatBytes(r.daemon_peak_rss).c_str() : "(not ours)",
                 r.pinned_budget ? FormatBytes(allowed).c_str() : "-");
   }
   std::printf("window peak = the exchange region's resident bytes, sampled every 20 ms from the trainer's side "
-              "(mincore); daemon peak RSS = VmHWM of a private daemon started for this size; allowed = budget + "
+              "(mincore), from InitParams on (its protocol has the trainer write every param slot first); in steps "
+              "= the same over the measured steps only; daemon peak RSS = VmHWM of a private daemon started for this size; allowed = budget + "
               "staging + 256 MiB\n");
   std::printf("\nload average at start %s, at end %s (1/5/15 min)\n", load_start_.c_str(), load_end_.c_str());
   std::printf("\ntargets:\n");
@@ -488,6 +499,7 @@ absl::Status OffloadBench::WriteJson() const {
                      {"fsync_policy", f_.fsync_policy},
                      {"pinned_budget_bytes", r.pinned_budget},
                      {"daemon_peak_rss_bytes", r.daemon_peak_rss},
+                     {"window_step_peak_bytes", r.window_step_peak},
                      {"window_peak_bytes", r.window_peak},
                      {"staging_bytes", r.staging},
                      {"daemon_step", {{"gradients_in_s", r.DaemonMedian(&StepBreakdown::gradients_in_s)},

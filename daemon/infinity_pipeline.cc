@@ -1,6 +1,7 @@
 #include "daemon/infinity_pipeline.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -84,11 +85,13 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
     grad_keep_ = grad_room_ - largest_grad_slot;
   }
   STRATA_ASSIGN_OR_RETURN(grad_spill_, GradSpill::Create(job_id_, nvme_, largest_grad_slot));
+  largest_param_slot_ = largest_param_slot;
   if (pinned_ != nullptr) {
-    // The window's budget and the staging that spilled gradients come back through.
+    // The window's budget, the staging that spilled gradients come back
+    // through and the one the step writes new params into.
     STRATA_ASSIGN_OR_RETURN(
         window_reservation_,
-        pinned_->Reserve(budget + grad_spill_->staging_bytes(),
+        pinned_->Reserve(budget + grad_spill_->staging_bytes() + largest_param_slot,
                          absl::StrCat("job '", job_name_, "' window (pinned_budget_bytes)")));
   }
   ParamCache::Locate locate = [regions](uint32_t r, uint32_t index) {
@@ -252,6 +255,15 @@ StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<Sha
     absl::MutexLock lock(&job_mu);
     step_grad_at_ = grad_at_;
   }
+  if (param_staging_.size() < largest_param_slot_) {
+    // Once per job, touched now: a step's first write into fresh pages
+    // costs as much as the window's faults this staging avoids.
+    absl::StatusOr<AlignedBuffer> staging = AlignedBuffer::Allocate(largest_param_slot_, nvme_->alignment());
+    if (staging.ok()) {
+      std::memset(staging->data(), 0, staging->size());
+      param_staging_ = std::move(*staging);
+    }
+  }
   step_grad_at_.resize(slots.size());
   step_slots_ = &slots;
   // Spilled gradients come back in step order, the next one read while the
@@ -268,10 +280,16 @@ StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<Sha
     if (step_grad_at_[id.rank][id.index] == kSpilled) return grad_spill_->Next(id);
     return regions_->GradSlot(id.rank, (*step_slots_)[id.rank][id.index]);
   };
+  // New params go to the staging (without it, a failed allocation above,
+  // into their slots as before).
+  const bool staged = param_staging_.size() >= largest_param_slot_;
+  if (staged) {
+    hooks.param_target = [this](const ShardId&) { return param_staging_.data(); };
+  }
   // The window: as each shard is stepped its gradient slot is freed and its
   // new params go home; the cache keeps the param slot only within the
   // budget, so the step never has every slot in memory at once.
-  hooks.shard_done = [this, &job_mu](const ShardId& id) {
+  hooks.shard_done = [this, &job_mu, staged](const ShardId& id) {
     if (step_grad_at_[id.rank][id.index] == kInSlot) {
       const ExchangeSlot& slot = (*step_slots_)[id.rank][id.index];
       regions_->DiscardGradSlot(id.rank, slot);
@@ -285,7 +303,9 @@ StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<Sha
       }
       param_cache_->SetReserved(reserved);
     }
-    return param_cache_->StoreHome(id.rank, id.index);
+    if (!staged) return param_cache_->StoreHome(id.rank, id.index);
+    const uint64_t bytes = dtypes_.ParamSlotBytes((*step_slots_)[id.rank][id.index]);
+    return param_cache_->StoreHomeFrom(id.rank, id.index, absl::MakeConstSpan(param_staging_.data(), bytes));
   };
   return hooks;
 }

@@ -14,6 +14,7 @@
 #include "daemon/param_cache.h"
 #include "daemon/pinned_budget.h"
 #include "daemon/step_pipeline.h"
+#include "swap/aligned_buffer.h"
 
 namespace strata {
 
@@ -100,6 +101,11 @@ class InfinityPipeline final : public StepPipeline {
   std::function<void()> rollback_;
   std::unique_ptr<ParamCache> param_cache_;
   std::unique_ptr<GradSpill> grad_spill_;
+  // Where the step writes a shard's new params (the largest param slot,
+  // pre-faulted, on transparent huge pages): they go home from here, and
+  // into the window slot only when the cache keeps them (StoreHomeFrom).
+  AlignedBuffer param_staging_;
+  uint64_t largest_param_slot_ = 0;
 
   // Guarded by the job's lock (the job_mu the ...Locked methods take).
   std::vector<std::vector<GradAt>> grad_at_;  // per rank and shard

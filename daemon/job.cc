@@ -781,10 +781,11 @@ void Job::RollbackUncommitted() {
 absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
                               const std::vector<std::vector<ExchangeSlot>>& slots, int64_t optimizer_step,
                               float grad_scale, const std::vector<OptimizerHyperparams>& hp,
-                              const std::function<absl::Status(const ShardId&)>& shard_done,
-                              const std::function<absl::StatusOr<const std::byte*>(const ShardId&)>& grad_source,
-                              StepTimes* times) {
+                              const StepHooks& hooks, StepTimes* times) {
+  const auto& shard_done = hooks.shard_done;
+  const auto& grad_source = hooks.grad_source;
   const std::byte* shard_grad = nullptr;  // grad_source's answer for the shard being stepped
+  std::byte* shard_params = nullptr;      // where the shard's new params go
   const bool sixteen_bit = settings_.param_dtype != DType::kFp32;
   const size_t psize = DTypeSize(settings_.param_dtype);
   const size_t gsize = DTypeSize(settings_.grad_dtype);
@@ -797,6 +798,9 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
   absl::Status status = states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
     const ExchangeSlot& slot = slots[id.rank][id.index];
     const uint64_t tile_end = tile.offset + tile.size;
+    if (tile.offset == 0 || shard_params == nullptr) {
+      shard_params = hooks.param_target ? hooks.param_target(id) : regions_.ParamSlot(id.rank, slot);
+    }
     if (!grad_source) {
       shard_grad = regions_.GradSlot(id.rank, slot);
     } else if (tile.offset == 0) {
@@ -823,7 +827,7 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
       spans.max_exp_avg_sq = at(tile.max_exp_avg_sq);
       spans.grad = shard_grad + lo * gsize;
       spans.grad_dtype = settings_.grad_dtype;
-      std::byte* param_out = regions_.ParamSlot(id.rank, slot) + lo * psize;
+      std::byte* param_out = shard_params + lo * psize;
       if (sixteen_bit) {
         spans.param_out = param_out;
         spans.param_out_dtype = settings_.param_dtype;
@@ -911,7 +915,7 @@ void Job::RunStep() {
         return s;
       };
     }
-    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks.shard_done, hooks.grad_source, &times);
+    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks, &times);
     // Before the commit: no spilled copy may become durable.
     const absl::Time end_start = absl::Now();
     pipeline_->EndStep(mu_);

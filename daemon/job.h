@@ -342,16 +342,12 @@ class Job {
   void RunStep();
   // REQUIRES: states_mu_ held.
   // Each run of same-group elements is stepped with hp[group].
-  // `shard_done`, when set, runs after a shard's last tile was stepped;
-  // `grad_source`, when set, gives each shard's gradient, else it is read
-  // from its slot (the pipeline's StepHooks). `times`, when set, gets the
-  // pass's breakdown (stream, waits, optimizer, hooks).
+  // `hooks` are the pipeline's (StepHooks: where gradients come from and new
+  // params go, what follows a shard's last tile; empty: the slots). `times`,
+  // when set, gets the pass's breakdown (stream, waits, optimizer, hooks).
   absl::Status ApplyShards(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
                            int64_t optimizer_step, float grad_scale, const std::vector<OptimizerHyperparams>& hp,
-                           const std::function<absl::Status(const ShardId&)>& shard_done = nullptr,
-                           const std::function<absl::StatusOr<const std::byte*>(const ShardId&)>& grad_source =
-                               nullptr,
-                           StepTimes* times = nullptr);
+                           const StepHooks& hooks = StepHooks(), StepTimes* times = nullptr);
   uint64_t ParamSlotBytes(const ExchangeSlot& slot) const { return slot_dtypes_.ParamSlotBytes(slot); }
 
   const uint64_t id_;

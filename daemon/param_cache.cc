@@ -1,6 +1,7 @@
 #include "daemon/param_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -240,6 +241,37 @@ absl::Status ParamCache::StoreHome(uint32_t rank, uint32_t index) {
   // the unpinned shards needed last.
   TrimToBudget();
   return absl::OkStatus();
+}
+
+absl::Status ParamCache::StoreHomeFrom(uint32_t rank, uint32_t index, absl::Span<const std::byte> params) {
+  if (absl::Status s = Usable(); !s.ok()) return s;
+  if (absl::Status s = EnsureShard(rank, index); !s.ok()) return s;
+  const ShardRef ref = locate_(rank, index);
+  if (params.size() != ref.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("storing ", params.size(), " bytes of params into shard ", index,
+                                                   " of rank ", rank, "'s slot of ", ref.bytes));
+  }
+  const ShardKey key = KeyOf(rank, index);
+  // Room beside the params the window holds (this shard's old copy aside).
+  uint64_t held = resident_bytes();
+  if (store_->IsResident(key, TierKind::kPinnedHost)) held -= std::min(held, ref.bytes);
+  bool keep;
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t room = budget_bytes_ > reserved_bytes_ ? budget_bytes_ - reserved_bytes_ : 0;
+    keep = held + ref.bytes <= room;
+  }
+  if (!keep) {
+    absl::Status home = store_->WriteHome(key, params);
+    if (home.ok()) return absl::OkStatus();
+    // A copy pinned or moving (not during an update, but cheap to survive):
+    // through the slot as before.
+    if (!absl::IsFailedPrecondition(home)) {
+      return Context(home, absl::StrCat("writing the params of shard ", index, " of rank ", rank, " to NVMe"));
+    }
+  }
+  std::memcpy(ref.slot, params.data(), ref.bytes);
+  return StoreHome(rank, index);
 }
 
 absl::Status ParamCache::ReadHome(uint32_t rank, uint32_t index, absl::Span<std::byte> into) const {

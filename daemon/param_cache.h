@@ -117,6 +117,16 @@ class ParamCache {
   // Writes the current contents of the rank's slot `index` to NVMe as the new
   // home version; the slot stays resident (clean), within the budget.
   absl::Status StoreHome(uint32_t rank, uint32_t index);
+  // As StoreHome, for new params the step wrote into memory of its own
+  // (`params`, the slot's padded bytes, aligned for the NVMe store): when the
+  // window has room for them beside what it holds (the budget less the
+  // gradients), they are copied into the slot and stored as StoreHome does,
+  // for the next forward; otherwise they go home straight from `params`
+  // (TieredStore::WriteHome) and the slot stays out of memory -- no page of
+  // it is faulted in, written and punched out again (19 + 5 ms per 20 MB
+  // shard on the test machine, most of the step's optimizer and params-home
+  // time at 800M, docs/DAEMON.md). Only between BeginUpdate and EndUpdate.
+  absl::Status StoreHomeFrom(uint32_t rank, uint32_t index, absl::Span<const std::byte> params);
   // Reads the NVMe home of shard (rank, index) -- the params as of the last
   // step, whatever is resident -- into `into` (aligned, at least the slot's
   // padded bytes). A restored job's slots start empty; its homes do not.

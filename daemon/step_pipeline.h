@@ -40,10 +40,13 @@ struct JobSettings;
 class TransferExecutor;
 
 // How a step's shards meet the optimizer (Job::ApplyShards): where each
-// shard's gradient comes from (empty: its gradient slot) and what follows its
-// last tile (empty: nothing).
+// shard's gradient comes from (empty: its gradient slot), where its new
+// params are written (empty: its param slot; else memory of the padded slot's
+// size, valid until shard_done returns) and what follows its last tile
+// (empty: nothing).
 struct StepHooks {
   std::function<absl::StatusOr<const std::byte*>(const ShardId&)> grad_source;
+  std::function<std::byte*(const ShardId&)> param_target;
   std::function<absl::Status(const ShardId&)> shard_done;
 };
 

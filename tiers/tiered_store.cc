@@ -1065,6 +1065,66 @@ absl::Status TieredStore::WriteShard(const Lease& lease, absl::Span<const std::b
   return t->Write(lease.slot, src);
 }
 
+absl::Status TieredStore::WriteHome(const ShardKey& key, absl::Span<const std::byte> src) {
+  Shard* shard = nullptr;
+  TierSlot home_slot;
+  {
+    absl::MutexLock lock(&mu_);
+    shard = FindLocked(key);
+    if (shard == nullptr) return absl::NotFoundError(absl::StrCat("writing ", ShardKeyToString(key), " home: not found"));
+    if (src.size() != shard->size_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("writing ", src.size(), " bytes home to ", ShardKeyToString(key),
+                                                     " of ", shard->size_bytes));
+    }
+    Copy& home = shard->copies[TierIndex(shard->home)];
+    if (home.state != CopyState::kResident || home.io_refs > 0 || !IsCurrentLocked(*shard, shard->home)) {
+      return absl::FailedPreconditionError(absl::StrCat("writing ", ShardKeyToString(key),
+                                                        " home: the home is being read or is not the latest"));
+    }
+    for (int i = 0; i < kNumTiers; ++i) {
+      const Copy& c = shard->copies[i];
+      if (static_cast<TierKind>(i) == shard->home || c.state == CopyState::kAbsent) continue;
+      if (c.state != CopyState::kResident || c.pins > 0 || c.io_refs > 0) {
+        return absl::FailedPreconditionError(absl::StrCat("writing ", ShardKeyToString(key), " home: its copy in ",
+                                                          TierKindName(static_cast<TierKind>(i)),
+                                                          " is pinned or moving"));
+      }
+    }
+    for (int i = 0; i < kNumTiers; ++i) {
+      const TierKind t = static_cast<TierKind>(i);
+      if (t != shard->home && shard->copies[i].state == CopyState::kResident) DropCopyLocked(*shard, t);
+    }
+    ++home.io_refs;  // keeps the shard (RemoveShard refuses) while it is written
+    home_slot = home.slot;
+  }
+  Tier* home_tier = tier(shard->home);
+  absl::Status status;
+  if (home_tier->host_buffer_alignment() > 1 &&
+      reinterpret_cast<uintptr_t>(src.data()) % home_tier->host_buffer_alignment() != 0) {
+    const size_t align = std::max<size_t>(4096, home_tier->host_buffer_alignment());
+    StagingBuffer staging = NewStaging(std::max<uint64_t>(src.size(), 1), align);
+    std::copy(src.begin(), src.end(), staging.get());
+    status = home_tier->Write(home_slot, absl::MakeConstSpan(staging.get(), src.size()));
+  } else {
+    status = home_tier->Write(home_slot, src);
+  }
+  absl::MutexLock lock(&mu_);
+  Copy& home = shard->copies[TierIndex(shard->home)];
+  --home.io_refs;
+  if (status.ok()) {
+    // A promotion that read the home meanwhile carries the old version: stale.
+    ++shard->version;
+    home.version = shard->version;
+    for (StoreStats* st : {&stats_, &job_stats_[key.job]}) {
+      st->tiers[TierIndex(shard->home)].bytes_in += src.size();
+      st->bytes_down += src.size();
+    }
+    DropStaleLocked(*shard);
+  }
+  changed_.SignalAll();
+  return Annotate(status, absl::StrCat("writing ", ShardKeyToString(key), " home to ", TierKindName(shard->home)));
+}
+
 absl::Span<std::byte> TieredStore::HostView(const Lease& lease) {
   return tier(lease.tier)->HostView(lease.slot);
 }

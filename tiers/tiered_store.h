@@ -216,6 +216,18 @@ class TieredStore {
   // not by itself mark the copy dirty: Release(lease, true) does.
   absl::Status ReadShard(const Lease& lease, absl::Span<std::byte> dst);
   absl::Status WriteShard(const Lease& lease, absl::Span<const std::byte> src);
+  // Replaces the whole shard with `src` by writing it to its home tier
+  // directly (from the caller's buffer: no cached slot is faulted in or
+  // written first), dropping the cached copies, which would be stale. For a
+  // writer that produced the new bytes in memory of its own (the optimizer
+  // step's staging) and has no use for a cached copy. FailedPrecondition,
+  // touching nothing, when a cached copy is pinned, moving or the only
+  // latest version, or a transfer reads the home: the caller then goes
+  // through AcquireForOverwrite. The caller keeps others from acquiring or
+  // promoting `key` until it returns (a promotion started meanwhile ends
+  // stale and is dropped, but a pin taken on it in between would see a mix).
+  // The bytes count as moved down into the home (its bytes_in, bytes_down).
+  absl::Status WriteHome(const ShardKey& key, absl::Span<const std::byte> src);
   // The leased copy's memory when its tier is host-addressable; else empty.
   absl::Span<std::byte> HostView(const Lease& lease);
 
