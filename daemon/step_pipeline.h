@@ -132,10 +132,8 @@ class StepPipeline {
   // Rank `rank`'s gradient window, which the job publishes in the rank's
   // doorbell after every call above and every shard stepped. No limit (the
   // default) where the region holds every slot.
-  virtual GradWindow GradWindowLocked(absl::Mutex& /*job_mu*/, uint32_t /*rank*/) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu) {
-    return GradWindow{};
-  }
+  virtual GradWindow GradWindowLocked(absl::Mutex& job_mu, uint32_t rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
 
   // --- The optimizer step (the job's states lock held, its main lock not).
   // `ids` are stepped in order over `slots`, which stay valid until EndStep.
