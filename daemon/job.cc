@@ -611,7 +611,12 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
   // A duplicate (see StepBarrier::Accept) changes nothing.
   STRATA_ASSIGN_OR_RETURN(const bool taken, barrier_.Accept(rank, index, step));
   if (!taken) return absl::OkStatus();
-  if (!grads_in_start_.has_value()) grads_in_start_ = absl::Now();  // the open step's first gradient
+  if (!grads_in_start_.has_value()) {
+    grads_in_start_ = absl::Now();  // the open step's first gradient
+    // The step's state loads need no gradient: the first tiles come in
+    // while the rest of the gradients do.
+    if (pipeline_->durable()) queue_.push_back(WorkItem{WorkItem::kPreload, 0, 0});
+  }
   pipeline_->GradArrivedLocked(mu_, rank, index, r.slots[index]);
   PublishGradWindowLocked(rank);
   // Sending a gradient again replaces it: inspect the new contents.
@@ -704,6 +709,7 @@ void Job::RunTurn() {
   }
   if (item.kind == WorkItem::kInspect) Inspect(item.rank, item.index);
   if (item.kind == WorkItem::kRunStep) RunStep();
+  if (item.kind == WorkItem::kPreload) PreloadStates();
   if (item.kind == WorkItem::kPrepare) {
     absl::MutexLock lock(&mu_);
     if (barrier_.PrepareOpenStep()) changed_.SignalAll();
@@ -855,6 +861,28 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
   return status;
 }
 
+std::vector<ShardId> Job::StepShardsLocked() const {
+  std::vector<ShardId> ids;
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    for (const ExchangeSlot& s : ranks_[r].slots) {
+      // Shards the early path already stepped (see Inspect) are done.
+      if (!barrier_.applied(r, s.layout.index)) ids.push_back(ShardId{r, s.layout.index});
+    }
+  }
+  return ids;
+}
+
+void Job::PreloadStates() {
+  std::vector<ShardId> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || !worker_error_.ok() || reload_needed_) return;
+    ids = StepShardsLocked();
+  }
+  absl::MutexLock states_lock(&states_mu_);
+  if (states_ != nullptr) states_->Preload(ids);
+}
+
 void Job::RunStep() {
   const absl::Time start = absl::Now();
   StepTimes times;  // written by this thread only; published under mu_ at the end
@@ -897,12 +925,7 @@ void Job::RunStep() {
     std::vector<ShardId> ids;
     {
       absl::MutexLock lock(&mu_);
-      for (uint32_t r = 0; r < slots.size(); ++r) {
-        for (const ExchangeSlot& s : slots[r]) {
-          // Shards the early path already stepped (see Inspect) are done.
-          if (!barrier_.applied(r, s.layout.index)) ids.push_back(ShardId{r, s.layout.index});
-        }
-      }
+      ids = StepShardsLocked();
     }
     absl::MutexLock states_lock(&states_mu_);
     StepHooks hooks = pipeline_->BeginStep(mu_, ids, slots);

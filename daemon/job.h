@@ -278,7 +278,7 @@ class Job {
     PinnedBudget::Reservation pinned;  // the region and (offload) host states
   };
   struct WorkItem {
-    enum Kind { kInspect, kRunStep, kPrepare, kStop } kind;
+    enum Kind { kInspect, kRunStep, kPrepare, kPreload, kStop } kind;
     uint32_t rank = 0;
     uint32_t index = 0;
   };
@@ -340,6 +340,12 @@ class Job {
   // superseded; takes commit_mu_ only.
   void RollbackUncommitted();
   void RunStep();
+  // The open step's first gradient arrived: the state store may start
+  // loading the step's first tiles (ShardStateStore::Preload).
+  void PreloadStates();
+  // The shards the open step visits, in order (those the early path has not
+  // stepped already).
+  std::vector<ShardId> StepShardsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // REQUIRES: states_mu_ held.
   // Each run of same-group elements is stepped with hp[group].
   // `hooks` are the pipeline's (StepHooks: where gradients come from and new

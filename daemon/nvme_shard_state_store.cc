@@ -112,7 +112,29 @@ absl::Status NvmeShardStateStore::Save(int set, const TileRef& ref) {
   return absl::OkStatus();
 }
 
+void NvmeShardStateStore::Preload(const std::vector<ShardId>& shards) {
+  absl::MutexLock lock(&preload_mu_);
+  if (!preloaded_.empty() || staging_.size() == 0) return;
+  const std::vector<TileRef> tiles = Tiles(shards);
+  for (size_t k = 0; k < tiles.size() && k < 3; ++k) {
+    const TileRef ref = tiles[k];
+    preloaded_.push_back(Preloaded{ref, std::async(std::launch::async, [this, k, ref] {
+                                     return Load(static_cast<int>(k), ref);
+                                   })});
+  }
+}
+
+void NvmeShardStateStore::DropPreloads() {
+  std::vector<Preloaded> pending;
+  {
+    absl::MutexLock lock(&preload_mu_);
+    pending.swap(preloaded_);
+  }
+  for (Preloaded& p : pending) (void)p.load.get();  // an error here is the next load's to report
+}
+
 absl::Status NvmeShardStateStore::Create(uint32_t rank, uint32_t index, uint64_t numel) {
+  DropPreloads();
   if (absl::Status s = EnsureStaging(numel); !s.ok()) return s;
   numel_[{rank, index}] = numel;
   // Zeroed states, written tile by tile from a zeroed staging set: only the
@@ -128,6 +150,7 @@ absl::Status NvmeShardStateStore::Create(uint32_t rank, uint32_t index, uint64_t
 }
 
 absl::Status NvmeShardStateStore::Adopt(uint32_t rank, uint32_t index, uint64_t numel) {
+  DropPreloads();
   if (absl::Status s = EnsureStaging(numel); !s.ok()) return s;
   numel_[{rank, index}] = numel;
   for (const TileRef& ref : Tiles({ShardId{rank, index}})) {
@@ -144,6 +167,27 @@ absl::Status NvmeShardStateStore::Adopt(uint32_t rank, uint32_t index, uint64_t 
 absl::Status NvmeShardStateStore::Run(const std::vector<ShardId>& shards, const TileFn& fn, bool write_back) {
   if (write_back) waits_ = {};
   const std::vector<TileRef> tiles = Tiles(shards);
+  std::vector<Preloaded> preloaded;
+  {
+    absl::MutexLock lock(&preload_mu_);
+    preloaded.swap(preloaded_);
+  }
+  // Preloads of the tiles this run starts with are its first loads; any
+  // other (the step was skipped, a checkpoint reads first) is waited out.
+  std::vector<std::future<absl::Status>> loads(tiles.size());
+  for (size_t k = 0; k < preloaded.size(); ++k) {
+    const TileRef& ref = preloaded[k].ref;
+    const bool same = k < tiles.size() && tiles[k].shard.rank == ref.shard.rank &&
+                      tiles[k].shard.index == ref.shard.index && tiles[k].tile == ref.tile &&
+                      tiles[k].offset == ref.offset && tiles[k].size == ref.size;
+    bool all_same = same;
+    for (size_t j = 0; j < k; ++j) all_same = all_same && loads[j].valid();
+    if (all_same) {
+      loads[k] = std::move(preloaded[k].load);
+    } else {
+      (void)preloaded[k].load.get();
+    }
+  }
   if (tiles.empty()) return absl::OkStatus();
   // How long this thread blocks on the I/O: the breakdown GetStats shows.
   UpdateWaits waits;
@@ -155,9 +199,8 @@ absl::Status NvmeShardStateStore::Run(const std::vector<ShardId>& shards, const 
   };
   // Set k % 3 holds tile k. Loading tile k+1 needs the set that tile k-2 was
   // saved from, so that save must be done first.
-  std::vector<std::future<absl::Status>> loads(tiles.size());
   std::vector<std::future<absl::Status>> saves(tiles.size());
-  loads[0] = std::async(std::launch::async, [&] { return Load(0, tiles[0]); });
+  if (!loads[0].valid()) loads[0] = std::async(std::launch::async, [&] { return Load(0, tiles[0]); });
   absl::Status result;
   size_t k = 0;
   for (; k < tiles.size(); ++k) {
@@ -173,7 +216,9 @@ absl::Status NvmeShardStateStore::Run(const std::vector<ShardId>& shards, const 
           break;
         }
       }
-      loads[k + 1] = std::async(std::launch::async, [&, k] { return Load((k + 1) % 3, tiles[k + 1]); });
+      if (!loads[k + 1].valid()) {
+        loads[k + 1] = std::async(std::launch::async, [&, k] { return Load((k + 1) % 3, tiles[k + 1]); });
+      }
     }
     StateTile tile = StagingTile(k % 3, tiles[k]);
     if (absl::Status s = fn(tiles[k].shard, tile); !s.ok()) {

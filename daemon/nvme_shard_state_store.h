@@ -14,6 +14,7 @@
 #ifndef STRATA_DAEMON_NVME_SHARD_STATE_STORE_H_
 #define STRATA_DAEMON_NVME_SHARD_STATE_STORE_H_
 
+#include <future>
 #include <memory>
 #include <vector>
 
@@ -36,6 +37,9 @@ class NvmeShardStateStore final : public ShardStateStore {
   absl::Status Adopt(uint32_t rank, uint32_t index, uint64_t numel) override;
   absl::Status Update(const std::vector<ShardId>& shards, const TileFn& fn) override;
   absl::Status Read(const std::vector<ShardId>& shards, const TileFn& fn) override;
+  // Loads the first three tiles into the three staging sets (tile k into set
+  // k, as Update would), unless loads started so are still unclaimed.
+  void Preload(const std::vector<ShardId>& shards) override;
   uint64_t bytes() const override;
   StateStaging staging() const override { return StateStaging{tile_elements_ * 4, staging_.size()}; }
   UpdateWaits last_update_waits() const override { return waits_; }
@@ -70,6 +74,18 @@ class NvmeShardStateStore final : public ShardStateStore {
   AlignedBuffer staging_;
   absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t> numel_;  // per shard
   UpdateWaits waits_;  // of the last Run (one Run at a time: see above)
+  // Tile k of the next Run, loading into set k since Preload (between Runs:
+  // Preload, Run, Create and Adopt are serialized by the job; the mutex is
+  // for the hand-over). Declared last: destroyed (waited for) first.
+  struct Preloaded {
+    TileRef ref;
+    std::future<absl::Status> load;
+  };
+  // Waits for the preloads not taken and forgets them (the staging is about
+  // to be reused or reallocated).
+  void DropPreloads();
+  absl::Mutex preload_mu_;
+  std::vector<Preloaded> preloaded_ ABSL_GUARDED_BY(preload_mu_);
 };
 
 }  // namespace strata

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/exchange_window.h"
 #include "daemon/infinity_pipeline.h"
 #include "daemon/job.h"
@@ -205,6 +206,67 @@ TEST_F(InfinityPipelineTest, TheStagingItExportsIsTheTileItStreams) {
                   .ok());
   EXPECT_EQ(largest * 4, staging.tile_bytes);
   EXPECT_EQ(tiles, 3u);
+}
+
+// Preload (the step's first gradient arrived): the first tiles are loaded
+// ahead into the sets Update would use. Whatever follows -- the Update it
+// was for, an Update of other shards (a skipped step's next one visits the
+// same shards, a restored job others), a checkpoint's Read, a new shard's
+// Create -- sees exactly the states on NVMe.
+TEST_F(InfinityPipelineTest, PreloadedTilesAreTheStatesWhateverRunsNext) {
+  const SlotDTypes dtypes{DType::kFp16, DType::kFp16};
+  InfinityPipeline pipeline(/*job_id=*/11, "preload", /*world_size=*/1, dtypes, /*pinned_budget_bytes=*/0, store_,
+                            /*pinned=*/nullptr);
+  StateLayout layout;
+  layout.exp_avg = true;
+  layout.exp_avg_sq = true;
+  auto made = pipeline.MakeStates(layout, /*tile_bytes=*/64 << 10);  // 16384 elements a tile
+  ASSERT_TRUE(made.ok()) << made.status();
+  ShardStateStore& states = **made;
+  constexpr uint64_t kNumel = 40000;  // 3 tiles a shard
+  for (uint32_t i = 0; i < 3; ++i) ASSERT_TRUE(states.Create(0, i, kNumel).ok());
+  // The states of shard i after `pass` passes: master = pass + i + e/1e5, exp_avg = -master.
+  auto expect_and_write = [](int pass) {
+    return [pass](const ShardId& id, const StateTile& tile) -> absl::Status {
+      for (uint64_t e = 0; e < tile.size; ++e) {
+        const float want = pass == 0 ? 0.0f : static_cast<float>(pass - 1 + id.index) + (tile.offset + e) * 1e-5f;
+        if (tile.master[e] != want || tile.exp_avg[e] != -want) {
+          return absl::InternalError(absl::StrCat("shard ", id.index, " element ", tile.offset + e, ": master ",
+                                                  tile.master[e], " exp_avg ", tile.exp_avg[e], ", want ", want));
+        }
+        const float next = static_cast<float>(pass + id.index) + (tile.offset + e) * 1e-5f;
+        tile.master[e] = next;
+        tile.exp_avg[e] = -next;
+      }
+      return absl::OkStatus();
+    };
+  };
+  const std::vector<ShardId> all = {ShardId{0, 0}, ShardId{0, 1}, ShardId{0, 2}};
+  ASSERT_TRUE(states.Update(all, expect_and_write(0)).ok());
+  // The preload the step uses.
+  states.Preload(all);
+  absl::Status s = states.Update(all, expect_and_write(1));
+  ASSERT_TRUE(s.ok()) << s;
+  // A preload of other shards first, then the step: discarded, still right.
+  states.Preload({ShardId{0, 2}, ShardId{0, 1}});
+  s = states.Update(all, expect_and_write(2));
+  ASSERT_TRUE(s.ok()) << s;
+  // A preload a second call does not restart, then a checkpoint's read.
+  states.Preload(all);
+  states.Preload({ShardId{0, 1}});
+  s = states.Read({ShardId{0, 0}}, [](const ShardId&, const StateTile& tile) -> absl::Status {
+    for (uint64_t e = 0; e < tile.size; ++e) {
+      const float want = 2.0f + (tile.offset + e) * 1e-5f;
+      if (tile.master[e] != want) return absl::InternalError(absl::StrCat("read ", tile.master[e], " want ", want));
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  // A preload, then a new (larger) shard reallocating the staging, then the step.
+  states.Preload(all);
+  ASSERT_TRUE(states.Create(0, 3, 3 * kNumel).ok());
+  s = states.Update(all, expect_and_write(3));
+  ASSERT_TRUE(s.ok()) << s;
 }
 
 }  // namespace

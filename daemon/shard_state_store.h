@@ -66,6 +66,12 @@ class ShardStateStore {
   // As Update, but nothing is written back.
   virtual absl::Status Read(const std::vector<ShardId>& shards, const TileFn& fn) = 0;
 
+  // A hint that the next Update visits `shards` in this order: a store that
+  // loads from slower storage may start loading the first tiles now (the
+  // gradients of the step are still arriving). Loads only; the next Update
+  // or Read takes them over or discards them. Nothing by default.
+  virtual void Preload(const std::vector<ShardId>& /*shards*/) {}
+
   // Bytes the store holds, for stats.
   virtual uint64_t bytes() const = 0;
 
