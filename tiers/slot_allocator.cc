@@ -36,9 +36,25 @@ absl::StatusOr<SlotRange> SlotAllocator::Allocate(uint64_t size_bytes) {
     used_bytes_ += need;
     return SlotRange{offset, need};
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "no free range of ", FormatBytes(need), " (", FormatBytes(capacity_bytes_ - used_bytes_),
-      " free, largest free range ", FormatBytes(largest_free_bytes()), ")"));
+  if (free_bytes() >= need) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "fragmented: no free range of ", FormatBytes(need), " although ", FormatBytes(free_bytes()),
+        " are free (largest free range ", FormatBytes(largest_free_bytes()), ")"));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("full: ", FormatBytes(need), " requested, ",
+                                                   FormatBytes(free_bytes()), " free (largest free range ",
+                                                   FormatBytes(largest_free_bytes()), ")"));
+}
+
+uint64_t SlotAllocator::FreeRangeAfterFreeing(SlotRange range) const {
+  uint64_t length = range.size_bytes;
+  auto next = free_.lower_bound(range.offset_bytes);
+  if (next != free_.end() && range.offset_bytes + range.size_bytes == next->first) length += next->second;
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == range.offset_bytes) length += prev->second;
+  }
+  return length;
 }
 
 void SlotAllocator::Free(SlotRange range) {

@@ -1,5 +1,6 @@
 #include "tiers/slot_allocator.h"
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace strata {
@@ -40,6 +41,37 @@ TEST(SlotAllocatorTest, FreeCoalescesNeighboursSoLargeSlotsFitAgain) {
   a.Free(r[0]);
   a.Free(*big);
   EXPECT_EQ(a.used_bytes(), 0u);
+  EXPECT_EQ(a.largest_free_bytes(), 4 * 4096u);
+}
+
+// A refusal says which case it is: free bytes that would cover the request
+// but in no single range ("fragmented"), or too few free bytes ("full"); and
+// the owner can see which slot's freeing would mend it.
+TEST(SlotAllocatorTest, ARefusalSaysFragmentedOrFullAndFreeRangeAfterFreeingSeesNeighbours) {
+  SlotAllocator a(6 * 4096, 4096);
+  SlotRange r[6];
+  for (auto& x : r) {
+    auto s = a.Allocate(4096);
+    ASSERT_TRUE(s.ok());
+    x = *s;
+  }
+  a.Free(r[1]);
+  a.Free(r[4]);
+  EXPECT_EQ(a.free_bytes(), 2 * 4096u);
+  auto fragmented = a.Allocate(8192);
+  ASSERT_EQ(fragmented.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StartsWith(fragmented.status().message(), "fragmented")) << fragmented.status();
+  auto full = a.Allocate(3 * 4096);
+  ASSERT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StartsWith(full.status().message(), "full")) << full.status();
+  EXPECT_EQ(a.FreeRangeAfterFreeing(r[0]), 2 * 4096u);  // joins 1
+  EXPECT_EQ(a.FreeRangeAfterFreeing(r[2]), 2 * 4096u);  // joins 1
+  EXPECT_EQ(a.FreeRangeAfterFreeing(r[3]), 2 * 4096u);  // joins 4
+  EXPECT_EQ(a.FreeRangeAfterFreeing(r[5]), 2 * 4096u);  // joins 4
+  a.Free(r[2]);
+  EXPECT_EQ(a.FreeRangeAfterFreeing(r[3]), 4 * 4096u);  // joins 1..2 and 4
+  EXPECT_EQ(a.FreeRangeAfterFreeing(r[0]), 3 * 4096u);
+  a.Free(r[3]);
   EXPECT_EQ(a.largest_free_bytes(), 4 * 4096u);
 }
 
