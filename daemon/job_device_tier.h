@@ -135,7 +135,7 @@ class JobDeviceTier final : public Tier {
   friend class JobDeviceArena;
   struct Arena {
     Arena(DeviceBuffer b, uint64_t budget_bytes, uint64_t align)
-        : buffer(b), budget(budget_bytes), slots(b.size_bytes, align) {}
+        : buffer(b), budget(budget_bytes), slots(b.size_bytes, align, SlotAllocator::Placement::kTwoEnded) {}
     DeviceBuffer buffer;
     uint64_t budget;
     SlotAllocator slots;

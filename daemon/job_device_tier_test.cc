@@ -158,8 +158,9 @@ TEST(JobDeviceTierSizeTest, AnArenaIsItsBudgetRoundedUpAndTheDeviceHoldsJustTheA
 }
 
 // The case the 2x headroom was for, in an arena of exactly the budget: job 1
-// (96 KiB) holds A 32, B 16, C 32, D 16 KiB; with B and D evicted, 32 KiB are
-// free in two 16 KiB ranges, so a new 32 KiB shard E fits the budget but no
+// (80 KiB) holds A 24, B 16, C 24, D 16 KiB, all large enough to be placed
+// from the bottom, in that order; with B and D evicted, 32 KiB are free in
+// two 16 KiB ranges, so a new 32 KiB shard E fits the budget exactly but no
 // free range. The store evicts job 1's own copies until E fits; job 2's
 // arena (16 KiB shards F and G filling it) is never touched.
 class JobDeviceTierFragmentationTest : public ::testing::Test {
@@ -168,7 +169,7 @@ class JobDeviceTierFragmentationTest : public ::testing::Test {
   static constexpr TierKind kDev = TierKind::kDevice;
   static constexpr TierKind kHome = TierKind::kPinnedHost;
   enum : uint32_t { kA = 1, kB = 2, kC = 3, kD = 4, kE = 5, kF = 6, kG = 7 };
-  static uint64_t SizeOf(uint32_t t) { return (t == kA || t == kC || t == kE ? 32 : 16) * kKiB; }
+  static uint64_t SizeOf(uint32_t t) { return (t == kE ? 32 : t == kA || t == kC ? 24 : 16) * kKiB; }
   static ShardKey K(uint32_t t) {
     return ShardKey{JobId(t >= kF ? 2 : 1), Rank(0), TensorId(t), TensorKind::kParam16, 0};
   }
@@ -180,17 +181,17 @@ class JobDeviceTierFragmentationTest : public ::testing::Test {
 
   void SetUp() override {
     EmulatedDeviceOptions device_options;
-    device_options.capacity_bytes = 128 << 10;  // exactly the budgets
+    device_options.capacity_bytes = 112 << 10;  // exactly the budgets
     device_options.shared_memory = true;
     auto device = EmulatedDevice::Create(device_options);
     ASSERT_TRUE(device.ok()) << device.status();
     device_ = std::move(*device);
     JobDeviceTierOptions tier_options;
-    tier_options.capacity_bytes = 128 << 10;
+    tier_options.capacity_bytes = 112 << 10;
     auto tier = JobDeviceTier::Create(device_.get(), tier_options);
     ASSERT_TRUE(tier.ok()) << tier.status();
     tier_ = std::move(*tier);
-    auto job1 = tier_->OpenJob(JobId(1), 96 << 10);
+    auto job1 = tier_->OpenJob(JobId(1), 80 << 10);
     auto job2 = tier_->OpenJob(JobId(2), 32 << 10);
     ASSERT_TRUE(job1.ok() && job2.ok());
     job1_ = std::move(*job1);
@@ -208,7 +209,7 @@ class JobDeviceTierFragmentationTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     // The store's budgets are the arenas' (as ParamCache::SetDeviceBudget).
-    ASSERT_TRUE(store_->SetJobBudget(JobId(1), kDev, 96 << 10).ok());
+    ASSERT_TRUE(store_->SetJobBudget(JobId(1), kDev, 80 << 10).ok());
     ASSERT_TRUE(store_->SetJobBudget(JobId(2), kDev, 32 << 10).ok());
     for (uint32_t t : {kA, kB, kC, kD, kE, kF, kG}) ASSERT_TRUE(store_->AddShard(K(t), kHome, Pattern(t)).ok());
     for (uint32_t t : {kF, kG, kA, kB, kC, kD}) ASSERT_EQ(Read(t, kDev), Pattern(t));
@@ -218,7 +219,7 @@ class JobDeviceTierFragmentationTest : public ::testing::Test {
     ASSERT_TRUE(space.has_value());
     ASSERT_EQ(space->free_bytes, 32 * kKiB);
     ASSERT_EQ(space->largest_free_range, 16 * kKiB);  // the budget allows E, no range holds it
-    ASSERT_EQ(store_->job_charged_bytes(JobId(1), kDev) + SizeOf(kE), 96 * kKiB);
+    ASSERT_EQ(store_->job_charged_bytes(JobId(1), kDev) + SizeOf(kE), 80 * kKiB);
   }
   void TearDown() override {
     store_.reset();  // frees every slot before the arenas go
@@ -269,11 +270,11 @@ TEST_F(JobDeviceTierFragmentationTest, TheSlotIsMadeByEvictingTheJobsOwnUnpinned
   std::vector<std::byte> got(SizeOf(kE));
   ASSERT_TRUE(store_->ReadShard(*e, absl::MakeSpan(got)).ok());
   EXPECT_EQ(got, Pattern(kE));
-  EXPECT_LE(e->slot.offset_bytes + e->slot.footprint_bytes, 96 * kKiB);  // in job 1's arena of its budget
+  EXPECT_LE(e->slot.offset_bytes + e->slot.footprint_bytes, 80 * kKiB);  // in job 1's arena of its budget
   ASSERT_TRUE(store_->Release(e->id, false).ok());
   EXPECT_FALSE(store_->IsResident(K(kA), kDev));
   EXPECT_TRUE(store_->IsResident(K(kC), kDev));
-  EXPECT_EQ(store_->job_charged_bytes(JobId(1), kDev), 64 * kKiB);
+  EXPECT_EQ(store_->job_charged_bytes(JobId(1), kDev), 56 * kKiB);  // C and E
   // Job 2: its copies resident, its arena byte for byte as before.
   EXPECT_TRUE(store_->IsResident(K(kF), kDev));
   EXPECT_TRUE(store_->IsResident(K(kG), kDev));
@@ -300,7 +301,7 @@ TEST_F(JobDeviceTierFragmentationTest, WithEverythingPinnedItIsResourceExhausted
   auto e = store_->Acquire(K(kE), kDev, AccessMode::kRead);
   ASSERT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted) << e.status();
   const std::string message(e.status().message());
-  for (const char* part : {"fragmented", "budget of 96.0 KiB", "32.0 KiB requested", "32.0 KiB are free",
+  for (const char* part : {"fragmented", "budget of 80.0 KiB", "32.0 KiB requested", "32.0 KiB are free",
                            "largest free range is 16.0 KiB", "pinned"}) {
     EXPECT_NE(message.find(part), std::string::npos) << part << " not in: " << message;
   }

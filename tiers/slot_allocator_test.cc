@@ -75,5 +75,40 @@ TEST(SlotAllocatorTest, ARefusalSaysFragmentedOrFullAndFreeRangeAfterFreeingSees
   EXPECT_EQ(a.largest_free_bytes(), 4 * 4096u);
 }
 
+// Two-ended placement: large slots (more than half the largest asked for)
+// first fit from the bottom, small ones last fit from the top, so freeing
+// the small ones never leaves the large ones' range splintered.
+TEST(SlotAllocatorTest, TwoEndedPlacementKeepsSmallSlotsAtTheTop) {
+  constexpr uint64_t kKiB = 1024;
+  SlotAllocator a(96 * kKiB, 4096, SlotAllocator::Placement::kTwoEnded);
+  auto big1 = a.Allocate(32 * kKiB);
+  auto small1 = a.Allocate(16 * kKiB);  // exactly half: small
+  auto small2 = a.Allocate(4 * kKiB);
+  auto big2 = a.Allocate(24 * kKiB);  // more than half: large
+  ASSERT_TRUE(big1.ok() && small1.ok() && small2.ok() && big2.ok());
+  EXPECT_EQ(big1->offset_bytes, 0u);
+  EXPECT_EQ(small1->offset_bytes, 80 * kKiB);
+  EXPECT_EQ(small2->offset_bytes, 76 * kKiB);
+  EXPECT_EQ(big2->offset_bytes, 32 * kKiB);
+  // The free space is one range in the middle, and stays one when the small
+  // slots go: first fit alone would have put them between the large ones.
+  EXPECT_EQ(a.largest_free_bytes(), 20 * kKiB);
+  a.Free(*small1);
+  a.Free(*small2);
+  EXPECT_EQ(a.largest_free_bytes(), 40 * kKiB);
+  auto big3 = a.Allocate(32 * kKiB);
+  ASSERT_TRUE(big3.ok());
+  EXPECT_EQ(big3->offset_bytes, 56 * kKiB);
+  // A small slot takes the highest range that holds it; when none does it is
+  // refused the same way ("fragmented" or "full").
+  a.Free(*big1);
+  auto small3 = a.Allocate(8 * kKiB);
+  ASSERT_TRUE(small3.ok());
+  EXPECT_EQ(small3->offset_bytes, 88 * kKiB);
+  EXPECT_EQ(a.used_bytes(), 64 * kKiB);
+  auto too_big = a.Allocate(40 * kKiB);
+  EXPECT_TRUE(absl::StartsWith(too_big.status().message(), "full")) << too_big.status();
+}
+
 }  // namespace
 }  // namespace strata

@@ -277,6 +277,22 @@ absl::StatusOr<TierSlot> TieredStore::AllocateChargedLocked(Shard& shard, TierKi
       owners.push_back(s);
     }
     if (owners.empty()) {
+      // Copies of the job being filled now hold slots and become evictable
+      // when done (unless their acquirer pins them): wait for those, never
+      // for transfers that have not started.
+      bool filling = false;
+      for (const auto& [key, other] : shards_) {
+        const Copy& c = other->copies[ti];
+        if (key.job == shard.key.job && other.get() != &shard && t != other->home &&
+            c.state == CopyState::kLoading && c.slot.valid()) {
+          filling = true;
+          break;
+        }
+      }
+      if (filling) {
+        changed_.Wait(&mu_);
+        continue;
+      }
       return FragmentedErrorLocked(shard, t, *space, "every other copy of the job there is pinned or moving");
     }
     std::sort(owners.begin(), owners.end(), [](const Shard* a, const Shard* b) { return a->key < b->key; });
@@ -833,6 +849,9 @@ void TieredStore::RunCopy(CopyOp& op) {
       absl::StatusOr<TierSlot> slot = AllocateChargedLocked(shard, op.dst, op.demand, op.urgent);
       if (slot.ok()) {
         dst_slot = *slot;
+        // Still loading, but holding its slot: an allocation that finds the
+        // arena fragmented may wait for this copy, which ends without it.
+        shard.copies[TierIndex(op.dst)].slot = dst_slot;
       } else {
         status = slot.status();
       }
