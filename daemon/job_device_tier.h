@@ -19,7 +19,9 @@
 // that job's unpinned copies, preferring those whose freeing leaves a long
 // enough range (FreeRangeAfterFreeing), and retrying -- never another job's
 // copies (they are in another arena anyway) and never moving a slot a
-// trainer may hold. (Until 2026-12-02 each arena was twice its budget
+// trainer may hold. What pinned copies fragment, eviction cannot mend, so
+// each arena places large slots from the bottom and small ones from the top
+// (SlotAllocator::Placement::kTwoEnded). (Until 2026-12-02 each arena was twice its budget
 // instead, so half of the device memory the daemon reserved was headroom.)
 //
 // It stays one Tier, so the daemon keeps one TieredStore for every job:
