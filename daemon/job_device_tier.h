@@ -20,9 +20,12 @@
 // enough range (FreeRangeAfterFreeing), and retrying -- never another job's
 // copies (they are in another arena anyway) and never moving a slot a
 // trainer may hold. What pinned copies fragment, eviction cannot mend, so
-// each arena places large slots from the bottom and small ones from the top
-// (SlotAllocator::Placement::kTwoEnded). (Until 2026-12-02 each arena was twice its budget
-// instead, so half of the device memory the daemon reserved was headroom.)
+// each arena places large slots from the bottom and small ones from the
+// top (SlotAllocator::Placement::kTwoEnded), which makes it rare; a job
+// whose trainers pin nearly its whole budget at once still needs a budget
+// with room over that (docs/DAEMON.md, "Device tier"). (Until 2026-12-02
+// each arena was twice its budget instead, so half of the device memory the
+// daemon reserved was headroom.)
 //
 // It stays one Tier, so the daemon keeps one TieredStore for every job:
 // Allocate picks the arena by ShardKey::job (FailedPrecondition for a job
