@@ -1,6 +1,5 @@
 #include "daemon/device_arena.h"
 
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,11 +38,11 @@ absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::Create(DeviceChoice ch
   JobDeviceTierOptions tier_options;
   tier_options.capacity_bytes = capacity_bytes;
   tier_options.slot_alignment_bytes = kSlotAlignment;
-  // The device holds every job's arena with its fragmentation headroom.
-  if (capacity_bytes > std::numeric_limits<uint64_t>::max() / tier_options.arena_headroom) {
-    return absl::InvalidArgumentError(absl::StrCat("device_capacity: ", capacity_bytes, " bytes is too large"));
-  }
-  const uint64_t device_bytes = capacity_bytes * tier_options.arena_headroom;
+  // The device holds every job's arena, each exactly its budget (rounded up
+  // to the slot alignment): device memory = the admitted budgets. The store
+  // mends fragmentation inside an arena by evicting the job's own copies
+  // (tiers/tiered_store.h), so no headroom is reserved.
+  const uint64_t device_bytes = capacity_bytes;
   std::string why_emulated;
   if (choice == DeviceChoice::kCuda || choice == DeviceChoice::kAuto) {
     absl::StatusOr<int> count = CudaDeviceCount();

@@ -2,8 +2,10 @@
 // its jobs. It owns the Device (CudaDevice through tiers/cuda_device_factory.h,
 // or an EmulatedDevice whose allocations are memfds) and a JobDeviceTier of
 // --device_capacity over it (daemon/job_device_tier.h): one arena per job
-// with a device budget, carved when the job is created or restored and freed
-// when it is deleted, sub-allocated into that job's shard slots. A slot's
+// with a device budget, exactly that budget (rounded up to the slot
+// alignment; the device holds --device_capacity and no headroom), carved
+// when the job is created or restored and freed when it is deleted,
+// sub-allocated into that job's shard slots. A slot's
 // offset (TierSlot::offset_bytes, ShardPlace::offset) is its offset in its
 // job's arena, so a trainer that mapped its job's arena once per session
 // reads an acquired shard at `arena + offset` -- and can map no other job's.

@@ -22,9 +22,6 @@ absl::StatusOr<std::unique_ptr<JobDeviceTier>> JobDeviceTier::Create(Device* dev
     return absl::InvalidArgumentError("device tier: slot alignment must be a power of two");
   }
   if (options.capacity_bytes == 0) return absl::InvalidArgumentError("device tier: capacity must be positive");
-  if (options.arena_headroom < 1 || options.arena_headroom > 16) {
-    return absl::InvalidArgumentError("device tier: arena_headroom must be 1..16");
-  }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DeviceSlotCopier> copier, DeviceSlotCopier::Create(device, options.streams));
   return std::unique_ptr<JobDeviceTier>(new JobDeviceTier(device, options, std::move(copier)));
 }
@@ -54,15 +51,17 @@ absl::StatusOr<std::unique_ptr<JobDeviceArena>> JobDeviceTier::OpenJob(JobId job
     ++it->second->leases;
     return std::unique_ptr<JobDeviceArena>(new JobDeviceArena(this, job));
   }
-  if (budget_bytes > options_.capacity_bytes - budget_bytes_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("device tier: an arena for ", FormatBytes(budget_bytes), " for job ", job.value(),
-                     " does not fit: ", FormatBytes(options_.capacity_bytes - budget_bytes_), " of --device_capacity ",
-                     FormatBytes(options_.capacity_bytes), " left"));
-  }
-  // No overflow: budget <= capacity, and Create bounded the headroom.
+  // The arena is the budget rounded up to the slot alignment, and the
+  // device holds exactly the capacity, so the rounded sizes are what must fit.
   const uint64_t align = options_.slot_alignment_bytes;
-  const uint64_t arena_bytes = (budget_bytes + align - 1) / align * align * options_.arena_headroom;
+  const uint64_t arena_bytes = budget_bytes > options_.capacity_bytes ? budget_bytes : FootprintBytes(budget_bytes);
+  if (arena_bytes > options_.capacity_bytes - arena_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device tier: an arena for ", FormatBytes(budget_bytes), " for job ", job.value(), " (",
+        FormatBytes(arena_bytes), " rounded up to ", FormatBytes(align), ") does not fit: ",
+        FormatBytes(options_.capacity_bytes - arena_bytes_), " of --device_capacity ",
+        FormatBytes(options_.capacity_bytes), " left"));
+  }
   absl::StatusOr<DeviceBuffer> buffer = device_->Allocate(arena_bytes);
   if (!buffer.ok()) {
     return absl::Status(buffer.status().code(), absl::StrCat("device tier: carving the arena of job ", job.value(),
@@ -173,6 +172,7 @@ absl::StatusOr<TierSlot> JobDeviceTier::Allocate(const ShardKey& key, uint64_t s
   }
   absl::StatusOr<SlotRange> range = it->second->slots.Allocate(size_bytes);
   if (!range.ok()) {
+    // The allocator's message starts with "fragmented" or "full".
     return absl::ResourceExhaustedError(absl::StrCat(name_, ": no room for ", ShardKeyToString(key),
                                                      " in its job's arena of ",
                                                      FormatBytes(it->second->buffer.size_bytes), ": ",
@@ -195,6 +195,20 @@ void JobDeviceTier::Free(const TierSlot& slot) {
   if (arena == arenas_.end()) return;
   arena->second->slots.Free(info.range);
   MaybeFreeLocked(info.job);
+}
+
+std::optional<Tier::FreeSpace> JobDeviceTier::FreeSpaceFor(const ShardKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = arenas_.find(key.job);
+  if (it == arenas_.end()) return std::nullopt;
+  return FreeSpace{it->second->slots.free_bytes(), it->second->slots.largest_free_bytes()};
+}
+
+uint64_t JobDeviceTier::FreeRangeAfterFreeing(const TierSlot& slot) const {
+  absl::MutexLock lock(&mu_);
+  auto it = slots_.find(slot.id);
+  if (it == slots_.end()) return 0;
+  return arenas_.at(it->second.job)->slots.FreeRangeAfterFreeing(it->second.range);
 }
 
 absl::StatusOr<DeviceBuffer> JobDeviceTier::BufferOf(const TierSlot& slot) const {

@@ -9,14 +9,23 @@
 // allocation (Share). A slot's offset_bytes is its offset in its job's
 // arena, so a job's slots can never reach beyond its own arena.
 //
-// Fragmentation headroom: the TieredStore charges a job's device copies by
-// footprint against its budget, and assumes bytes free are bytes it can
-// allocate; in an arena of exactly the budget, first fit over shards of
-// mixed sizes fragments and refuses a slot the budget allows (a 96 KiB
-// arena with 32 KiB free whose largest range is 24 KiB). So an arena is
-// `arena_headroom` times the budget (default 2): the store keeps what is
-// resident within the budget, the extra range only keeps first fit
-// succeeding. Admission (the capacity) still counts budgets.
+// An arena is exactly the job's budget, rounded up to the slot alignment:
+// device memory is the admitted budgets and nothing more. The TieredStore
+// charges a job's device copies by footprint against its budget, and first
+// fit over shards of mixed sizes can still refuse a slot the budget allows
+// (a 96 KiB arena with 32 KiB free whose largest range is 24 KiB). Allocate
+// says which case a refusal is ("fragmented" or "full", and FreeSpaceFor
+// gives the numbers), and the store mends fragmentation by evicting more of
+// that job's unpinned copies, preferring those whose freeing leaves a long
+// enough range (FreeRangeAfterFreeing), and retrying -- never another job's
+// copies (they are in another arena anyway) and never moving a slot a
+// trainer may hold. What pinned copies fragment, eviction cannot mend, so
+// each arena places large slots from the bottom and small ones from the
+// top (SlotAllocator::Placement::kTwoEnded), which makes it rare; a job
+// whose trainers pin nearly its whole budget at once still needs a budget
+// with room over that (docs/DAEMON.md, "Device tier"). (Until 2026-12-02
+// each arena was twice its budget instead, so half of the device memory the
+// daemon reserved was headroom.)
 //
 // It stays one Tier, so the daemon keeps one TieredStore for every job:
 // Allocate picks the arena by ShardKey::job (FailedPrecondition for a job
@@ -35,6 +44,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,7 +69,7 @@ struct JobArenaShare {
   // kMemfd: a read-only descriptor of the job's memfd, owned by the caller
   // (dup'ed, so it stays valid if the job is deleted meanwhile).
   UniqueFd read_only_fd;
-  uint64_t bytes = 0;  // the arena's size (arena_headroom x the job's budget)
+  uint64_t bytes = 0;  // the arena's size: the job's budget rounded up to the slot alignment
 };
 
 // The job's hold on its arena; releasing it frees the arena once its last
@@ -79,10 +89,9 @@ class JobDeviceArena {
 };
 
 struct JobDeviceTierOptions {
-  uint64_t capacity_bytes = 0;  // the sum of all budgets; > 0
-  // Each arena is this many times its budget (see the header comment); the
-  // device must hold capacity_bytes * arena_headroom.
-  uint64_t arena_headroom = 2;
+  // The sum of all arenas (budgets rounded up to the slot alignment); > 0.
+  // The device must hold this much.
+  uint64_t capacity_bytes = 0;
   uint64_t slot_alignment_bytes = 4096;
   int streams = 4;
   // Emulated memfd arenas: also open a read-only descriptor per arena for
@@ -98,10 +107,9 @@ class JobDeviceTier final : public Tier {
   ~JobDeviceTier() override;
 
   // Carves (or joins) `job`'s arena for `budget_bytes` (> 0; the arena is
-  // arena_headroom times that, rounded up to the slot alignment).
-  // ResourceExhausted when the open arenas' budgets plus this one exceed the
-  // capacity or the device has no room; InvalidArgument when an arena of
-  // another budget is open for the id.
+  // that, rounded up to the slot alignment). ResourceExhausted when the open
+  // arenas plus this one exceed the capacity or the device has no room;
+  // InvalidArgument when an arena of another budget is open for the id.
   absl::StatusOr<std::unique_ptr<JobDeviceArena>> OpenJob(JobId job, uint64_t budget_bytes);
   // How a trainer of `job` maps its arena. NotFound when none is open.
   absl::StatusOr<JobArenaShare> Share(JobId job) const;
@@ -123,12 +131,16 @@ class JobDeviceTier final : public Tier {
   void Free(const TierSlot& slot) override;
   absl::Status Write(const TierSlot& slot, absl::Span<const std::byte> src) override;
   absl::Status Read(const TierSlot& slot, absl::Span<std::byte> dst) override;
+  // The free bytes and the largest free range of key.job's arena (nullopt
+  // when it has none).
+  std::optional<FreeSpace> FreeSpaceFor(const ShardKey& key) const override;
+  uint64_t FreeRangeAfterFreeing(const TierSlot& slot) const override;
 
  private:
   friend class JobDeviceArena;
   struct Arena {
     Arena(DeviceBuffer b, uint64_t budget_bytes, uint64_t align)
-        : buffer(b), budget(budget_bytes), slots(b.size_bytes, align) {}
+        : buffer(b), budget(budget_bytes), slots(b.size_bytes, align, SlotAllocator::Placement::kTwoEnded) {}
     DeviceBuffer buffer;
     uint64_t budget;
     SlotAllocator slots;

@@ -4,12 +4,17 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <vector>
 
+#include "core/clock.h"
 #include "gtest/gtest.h"
 #include "tiers/emulated_device.h"
+#include "tiers/pinned_host_tier.h"
+#include "tiers/tiered_store.h"
+#include "tiers/transfer_executor.h"
 
 namespace strata {
 namespace {
@@ -25,7 +30,6 @@ class JobDeviceTierTest : public ::testing::Test {
     device_ = std::move(*device);
     JobDeviceTierOptions tier_options;
     tier_options.capacity_bytes = 256 << 10;
-    tier_options.arena_headroom = 1;  // arenas of exactly their budget; the daemon's headroom is tested below
     auto tier = JobDeviceTier::Create(device_.get(), tier_options);
     ASSERT_TRUE(tier.ok()) << tier.status();
     tier_ = std::move(*tier);
@@ -117,26 +121,203 @@ TEST_F(JobDeviceTierTest, AnArenaIsFreedWhenItsJobAndItsLastSlotAreGone) {
   EXPECT_TRUE(tier_->OpenJob(JobId(3), 256 << 10).ok());
 }
 
-TEST(JobDeviceTierHeadroomTest, AnArenaIsTheHeadroomTimesItsBudgetAndAdmissionCountsBudgets) {
+// No headroom: an arena is its budget rounded up to the slot alignment, and
+// the device holds the admitted arenas and nothing more.
+TEST(JobDeviceTierSizeTest, AnArenaIsItsBudgetRoundedUpAndTheDeviceHoldsJustTheArenas) {
   EmulatedDeviceOptions options;
-  options.capacity_bytes = 512 << 10;
+  options.capacity_bytes = 256 << 10;  // what DeviceArena gives: --device_capacity, not twice it
   options.shared_memory = true;
   auto device = EmulatedDevice::Create(options);
   ASSERT_TRUE(device.ok());
   JobDeviceTierOptions tier_options;
-  tier_options.capacity_bytes = 256 << 10;  // arena_headroom 2 by default
+  tier_options.capacity_bytes = 256 << 10;
   auto tier = JobDeviceTier::Create(device->get(), tier_options);
   ASSERT_TRUE(tier.ok());
   auto a = (*tier)->OpenJob(JobId(1), 96 << 10);
   ASSERT_TRUE(a.ok()) << a.status();
   auto share = (*tier)->Share(JobId(1));
   ASSERT_TRUE(share.ok());
-  EXPECT_EQ(share->bytes, 192u << 10);
+  EXPECT_EQ(share->bytes, 96u << 10);
   EXPECT_EQ((*tier)->budget_bytes(), 96u << 10);
-  EXPECT_EQ((*tier)->arena_bytes(), 192u << 10);
-  auto b = (*tier)->OpenJob(JobId(2), 160 << 10);  // the budgets fill the capacity; the arenas the device
-  EXPECT_TRUE(b.ok()) << b.status();
-  EXPECT_EQ((*tier)->OpenJob(JobId(3), 4 << 10).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*tier)->arena_bytes(), 96u << 10);
+  // A budget off the alignment gets an arena rounded up, and admission
+  // counts what the device gives: 100 KiB + 1 takes 104 KiB.
+  auto b = (*tier)->OpenJob(JobId(2), (100 << 10) + 1);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*tier)->ArenaBytesOf(JobId(2)), 104u << 10);
+  EXPECT_EQ((*tier)->Share(JobId(2))->bytes, 104u << 10);
+  auto over = (*tier)->OpenJob(JobId(3), (56 << 10) + 1);  // 60 KiB rounded; 56 KiB left
+  ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_NE(over.status().message().find("56.0 KiB of --device_capacity 256.0 KiB left"), absl::string_view::npos)
+      << over.status();
+  auto c = (*tier)->OpenJob(JobId(3), 56 << 10);  // the budgets fill the capacity, the arenas the device
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*tier)->arena_bytes(), 256u << 10);
+  EXPECT_EQ((*device)->allocated_bytes(), 256u << 10);
+  EXPECT_EQ((*tier)->OpenJob(JobId(4), 4 << 10).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// The case the 2x headroom was for, in an arena of exactly the budget: job 1
+// (80 KiB) holds A 24, B 16, C 24, D 16 KiB, all large enough to be placed
+// from the bottom, in that order; with B and D evicted, 32 KiB are free in
+// two 16 KiB ranges, so a new 32 KiB shard E fits the budget exactly but no
+// free range. The store evicts job 1's own copies until E fits; job 2's
+// arena (16 KiB shards F and G filling it) is never touched.
+class JobDeviceTierFragmentationTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kKiB = 1024;
+  static constexpr TierKind kDev = TierKind::kDevice;
+  static constexpr TierKind kHome = TierKind::kPinnedHost;
+  enum : uint32_t { kA = 1, kB = 2, kC = 3, kD = 4, kE = 5, kF = 6, kG = 7 };
+  static uint64_t SizeOf(uint32_t t) { return (t == kE ? 32 : t == kA || t == kC ? 24 : 16) * kKiB; }
+  static ShardKey K(uint32_t t) {
+    return ShardKey{JobId(t >= kF ? 2 : 1), Rank(0), TensorId(t), TensorKind::kParam16, 0};
+  }
+  static std::vector<std::byte> Pattern(uint32_t t, uint8_t version = 0) {
+    std::vector<std::byte> out(SizeOf(t));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>((i * 13 + t * 29 + version * 101) & 0xff);
+    return out;
+  }
+
+  void SetUp() override {
+    EmulatedDeviceOptions device_options;
+    device_options.capacity_bytes = 112 << 10;  // exactly the budgets
+    device_options.shared_memory = true;
+    auto device = EmulatedDevice::Create(device_options);
+    ASSERT_TRUE(device.ok()) << device.status();
+    device_ = std::move(*device);
+    JobDeviceTierOptions tier_options;
+    tier_options.capacity_bytes = 112 << 10;
+    auto tier = JobDeviceTier::Create(device_.get(), tier_options);
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    tier_ = std::move(*tier);
+    auto job1 = tier_->OpenJob(JobId(1), 80 << 10);
+    auto job2 = tier_->OpenJob(JobId(2), 32 << 10);
+    ASSERT_TRUE(job1.ok() && job2.ok());
+    job1_ = std::move(*job1);
+    job2_ = std::move(*job2);
+    auto home = PinnedHostTier::Create({.capacity_bytes = 1 << 20, .lock = MemoryLockMode::kBestEffort});
+    ASSERT_TRUE(home.ok()) << home.status();
+    home_ = std::move(*home);
+    auto executor = ThreadPoolExecutor::Create(2);
+    ASSERT_TRUE(executor.ok());
+    executor_ = std::move(*executor);
+    TieredStoreOptions store_options;
+    store_options.clock = &clock_;
+    store_options.executor = executor_.get();
+    auto store = TieredStore::Create({tier_.get(), home_.get()}, store_options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    // The store's budgets are the arenas' (as ParamCache::SetDeviceBudget).
+    ASSERT_TRUE(store_->SetJobBudget(JobId(1), kDev, 80 << 10).ok());
+    ASSERT_TRUE(store_->SetJobBudget(JobId(2), kDev, 32 << 10).ok());
+    for (uint32_t t : {kA, kB, kC, kD, kE, kF, kG}) ASSERT_TRUE(store_->AddShard(K(t), kHome, Pattern(t)).ok());
+    for (uint32_t t : {kF, kG, kA, kB, kC, kD}) ASSERT_EQ(Read(t, kDev), Pattern(t));
+    ASSERT_TRUE(store_->Evict(K(kB), kDev).ok());
+    ASSERT_TRUE(store_->Evict(K(kD), kDev).ok());
+    auto space = tier_->FreeSpaceFor(K(kE));
+    ASSERT_TRUE(space.has_value());
+    ASSERT_EQ(space->free_bytes, 32 * kKiB);
+    ASSERT_EQ(space->largest_free_range, 16 * kKiB);  // the budget allows E, no range holds it
+    ASSERT_EQ(store_->job_charged_bytes(JobId(1), kDev) + SizeOf(kE), 80 * kKiB);
+  }
+  void TearDown() override {
+    store_.reset();  // frees every slot before the arenas go
+    job1_.reset();
+    job2_.reset();
+  }
+  std::vector<std::byte> Read(uint32_t t, TierKind tier) {
+    auto lease = store_->Acquire(K(t), tier, AccessMode::kRead);
+    EXPECT_TRUE(lease.ok()) << lease.status();
+    if (!lease.ok()) return {};
+    std::vector<std::byte> out(SizeOf(t));
+    EXPECT_TRUE(store_->ReadShard(*lease, absl::MakeSpan(out)).ok());
+    EXPECT_TRUE(store_->Release(lease->id, false).ok());
+    return out;
+  }
+  // Job 2's whole arena, as its trainer maps it.
+  std::vector<std::byte> Job2Arena() {
+    auto share = tier_->Share(JobId(2));
+    EXPECT_TRUE(share.ok()) << share.status();
+    if (!share.ok()) return {};
+    std::vector<std::byte> out(share->bytes);
+    EXPECT_EQ(pread(share->read_only_fd.get(), out.data(), out.size(), 0), static_cast<ssize_t>(out.size()));
+    return out;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<EmulatedDevice> device_;
+  std::unique_ptr<JobDeviceTier> tier_;
+  std::unique_ptr<JobDeviceArena> job1_, job2_;
+  std::unique_ptr<PinnedHostTier> home_;
+  std::unique_ptr<ThreadPoolExecutor> executor_;
+  std::unique_ptr<TieredStore> store_;
+};
+
+TEST_F(JobDeviceTierFragmentationTest, TheSlotIsMadeByEvictingTheJobsOwnUnpinnedCopies) {
+  // A is rewritten on the device (dirty), then C used: A is the least
+  // recently used, and its eviction must write it home first.
+  {
+    auto writer = store_->Acquire(K(kA), kDev, AccessMode::kWrite);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE(store_->WriteShard(*writer, Pattern(kA, 1)).ok());
+    ASSERT_TRUE(store_->Release(writer->id, true).ok());
+  }
+  EXPECT_EQ(Read(kC, kDev), Pattern(kC));
+  const std::vector<std::byte> job2_before = Job2Arena();
+  auto e = store_->Acquire(K(kE), kDev, AccessMode::kRead);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<std::byte> got(SizeOf(kE));
+  ASSERT_TRUE(store_->ReadShard(*e, absl::MakeSpan(got)).ok());
+  EXPECT_EQ(got, Pattern(kE));
+  EXPECT_LE(e->slot.offset_bytes + e->slot.footprint_bytes, 80 * kKiB);  // in job 1's arena of its budget
+  ASSERT_TRUE(store_->Release(e->id, false).ok());
+  EXPECT_FALSE(store_->IsResident(K(kA), kDev));
+  EXPECT_TRUE(store_->IsResident(K(kC), kDev));
+  EXPECT_EQ(store_->job_charged_bytes(JobId(1), kDev), 56 * kKiB);  // C and E
+  // Job 2: its copies resident, its arena byte for byte as before.
+  EXPECT_TRUE(store_->IsResident(K(kF), kDev));
+  EXPECT_TRUE(store_->IsResident(K(kG), kDev));
+  EXPECT_EQ(Job2Arena(), job2_before);
+  EXPECT_EQ(store_->job_stats(JobId(2)).tier(kDev).evictions, 0u);
+  // Bit-exact: the resident copies, and the evicted ones read back (A's
+  // rewrite reached its home before its device slot was given up).
+  EXPECT_EQ(Read(kC, kDev), Pattern(kC));
+  EXPECT_EQ(Read(kF, kDev), Pattern(kF));
+  EXPECT_EQ(Read(kG, kDev), Pattern(kG));
+  EXPECT_EQ(Read(kA, kHome), Pattern(kA, 1));
+  EXPECT_EQ(Read(kB, kHome), Pattern(kB));
+  EXPECT_EQ(Read(kD, kHome), Pattern(kD));
+  EXPECT_EQ(Read(kA, kDev), Pattern(kA, 1));  // and back up, evicting again as needed
+  absl::Status invariants = store_->CheckInvariants();
+  EXPECT_TRUE(invariants.ok()) << invariants;
+}
+
+TEST_F(JobDeviceTierFragmentationTest, WithEverythingPinnedItIsResourceExhaustedNamingFragmentedAndTheNumbers) {
+  auto a = store_->Acquire(K(kA), kDev, AccessMode::kRead);
+  auto c = store_->Acquire(K(kC), kDev, AccessMode::kRead);
+  ASSERT_TRUE(a.ok() && c.ok());
+  const std::vector<std::byte> job2_before = Job2Arena();
+  auto e = store_->Acquire(K(kE), kDev, AccessMode::kRead);
+  ASSERT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted) << e.status();
+  const std::string message(e.status().message());
+  for (const char* part : {"fragmented", "budget of 80.0 KiB", "32.0 KiB requested", "32.0 KiB are free",
+                           "largest free range is 16.0 KiB", "pinned"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << " not in: " << message;
+  }
+  // Nothing moved: the pinned slots where their holders read them, job 2 as it was.
+  EXPECT_TRUE(store_->IsResident(K(kA), kDev));
+  EXPECT_TRUE(store_->IsResident(K(kC), kDev));
+  auto a_again = store_->Acquire(K(kA), kDev, AccessMode::kRead);
+  ASSERT_TRUE(a_again.ok());
+  EXPECT_EQ(a_again->slot.offset_bytes, a->slot.offset_bytes);
+  ASSERT_TRUE(store_->Release(a_again->id, false).ok());
+  EXPECT_EQ(Job2Arena(), job2_before);
+  ASSERT_TRUE(store_->Release(a->id, false).ok());
+  ASSERT_TRUE(store_->Release(c->id, false).ok());
+  EXPECT_EQ(Read(kE, kDev), Pattern(kE));  // once unpinned it fits
+  absl::Status invariants = store_->CheckInvariants();
+  EXPECT_TRUE(invariants.ok()) << invariants;
 }
 
 }  // namespace

@@ -196,9 +196,9 @@ TEST(DaemonDeviceTest, TheEmulatedArenaIsMappedOnceReadOnlyAndOnlyByJobsWithABud
   ASSERT_TRUE((*with)->RegisterTensors(tensors).ok());
   const DeviceArenaView& arena = (*with)->device_arena();
   ASSERT_EQ(arena.kind, DeviceArenaView::Kind::kMemfd) << (*with)->device_error();
-  // The job's own arena (twice its budget: fragmentation headroom), not the
-  // daemon's capacity.
-  EXPECT_EQ(arena.bytes, 192u << 10);
+  // The job's own arena (exactly its budget: no fragmentation headroom, the
+  // store evicts for contiguity instead), not the daemon's capacity.
+  EXPECT_EQ(arena.bytes, 96u << 10);
   ASSERT_NE(arena.host, nullptr);
   // Read-only: the descriptor itself is, so even mprotect cannot make the
   // mapping writable (a trainer cannot write shards behind the daemon).
@@ -283,10 +283,10 @@ TEST(DaemonDeviceTest, EachTrainerMapsOnlyItsOwnJobsArena) {
   const DeviceArenaView& b = beta.rank->device_arena();
   ASSERT_EQ(a.kind, DeviceArenaView::Kind::kMemfd) << alpha.rank->device_error();
   ASSERT_EQ(b.kind, DeviceArenaView::Kind::kMemfd) << beta.rank->device_error();
-  // Each arena is its own job's: twice its budget (fragmentation headroom;
-  // the store keeps what is resident within the budget).
-  EXPECT_EQ(a.bytes, 128u << 10);
-  EXPECT_EQ(b.bytes, 192u << 10);
+  // Each arena is its own job's, exactly its budget (the store keeps what is
+  // resident within it and evicts the job's own copies when it fragments).
+  EXPECT_EQ(a.bytes, 64u << 10);
+  EXPECT_EQ(b.bytes, 96u << 10);
   // Each job's shards are where the daemon said, in its own arena, bit for bit.
   for (DeviceJob* job : {&alpha, &beta}) {
     const float base = job == &alpha ? kAlpha : kBeta;
@@ -317,7 +317,7 @@ TEST(DaemonDeviceTest, EachTrainerMapsOnlyItsOwnJobsArena) {
   v1::AttachRankResponse response;
   ASSERT_TRUE(raw.Call(&v1::Strata::Stub::AttachRank, request, &response).ok());
   EXPECT_EQ(response.device().kind(), "memfd");
-  EXPECT_EQ(response.device().bytes(), 192u << 10);
+  EXPECT_EQ(response.device().bytes(), 96u << 10);
 
   // A deleted job's arena is freed and its budget comes back: 256 - 96 KiB
   // fits only once alpha's 64 KiB is returned.
@@ -354,7 +354,7 @@ TEST(DaemonDeviceTest, ARestartedJobGetsAFreshArenaFilledFromNvme) {
   ASSERT_TRUE((*rank)->RegisterTensors(ArenaTensors()).ok());
   const DeviceArenaView& arena = (*rank)->device_arena();
   ASSERT_EQ(arena.kind, DeviceArenaView::Kind::kMemfd) << (*rank)->device_error();
-  EXPECT_EQ(arena.bytes, 128u << 10);
+  EXPECT_EQ(arena.bytes, 64u << 10);  // exactly its budget
   // Fresh: nothing of the old daemon's arena before anything is acquired.
   EXPECT_EQ(WordsOf(absl::Span<const std::byte>(arena.host, arena.bytes), kBase), 0u);
   auto places = (*rank)->Acquire({0, 1}, TierKind::kDevice);

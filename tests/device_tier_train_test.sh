@@ -2,9 +2,13 @@
 # End to end on the device tier (issue 10 item 3): a real stratad with an
 # emulated device (--device emulated --device_capacity 256KiB), and
 # strata-train-example in infinity mode acquiring its params into the device
-# tier with a device budget (96 KiB) smaller than its params (26,122 fp32 =
+# tier with a device budget (112 KiB) smaller than its params (26,122 fp32 =
 # 102 KiB; 128 KiB of 4 KiB slots over both ranks), reading them from the
-# arena it mapped. Its losses must equal local mode's bit for bit; so must a
+# arena it mapped. (The budget was 96 KiB: exactly the most both ranks pin at
+# once, which fitted while an arena was twice its budget; in an arena of
+# exactly the budget, pinned copies that cannot move leave it fragmented now
+# and then -- 'fragmented' in about 1 run of 30 even with two-ended
+# placement -- so the budget has room for that: 0 failures in 55 runs.) Its losses must equal local mode's bit for bit; so must a
 # run parked to NVMe (and one to pinned host) after step 2 and resumed, which
 # prints what moved and how long it took.
 #
@@ -23,7 +27,7 @@ steps=${STEPS:-5}
 . "$(dirname "$0")/train_harness.sh"
 start_stratad strata-device --nvme_capacity 256MiB --device emulated --device_capacity 256KiB
 device=(--mode infinity --socket "$sock_dir/s.sock" --nvme_path "$work/nvme")
-if [ "$where" = device ]; then device+=(--device_tier --device_budget 96KiB); fi
+if [ "$where" = device ]; then device+=(--device_tier --device_budget 112KiB); fi
 run_example local --mode local
 run_example device "${device[@]}" --stats
 run_example parked_nvme "${device[@]}" --park_after_step 2 --park_tier nvme
@@ -36,7 +40,7 @@ done
 # The device tier was used: strata stats shows the job's device row (what
 # it holds of its budget, and its device acquires, the first of them a miss).
 if [ "$where" = device ]; then
-  grep -qE "device   [0-9]+ of 98304 B  hits [0-9]+  misses [1-9][0-9]*  stall " "$work/device.err" || {
+  grep -qE "device   [0-9]+ of 114688 B  hits [0-9]+  misses [1-9][0-9]*  stall " "$work/device.err" || {
     echo "FAIL: the job's device row is not in its stats"; cat "$work/device.err"; status=1; }
 fi
 # Each park and resume said what it moved and how long it took. A park to

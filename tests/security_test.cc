@@ -313,7 +313,7 @@ TEST(SecurityTest, OtherUidSide) {
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_EQ((*jobs)[0], "nobodys");
-  // Its device memory is its own job's arena, twice its budget: a file of
+  // Its device memory is its own job's arena, exactly its budget: a file of
   // that size (nothing else to map), read-only, holding nothing of anyone's
   // (the root side's job has a device budget of its own).
   grpc::Status made = other.CreateJob("nobodys-device", kInfinity, 1, v1::MODE_INFINITY, 64 << 10);
@@ -322,7 +322,7 @@ TEST(SecurityTest, OtherUidSide) {
   auto attached = other.Attach("nobodys-device");
   ASSERT_TRUE(attached.ok()) << attached.status();
   EXPECT_EQ(attached->device().kind(), "memfd");
-  EXPECT_EQ(attached->device().bytes(), 128u << 10);  // twice its budget: fragmentation headroom
+  EXPECT_EQ(attached->device().bytes(), 64u << 10);  // its budget, no fragmentation headroom
   ASSERT_TRUE(other.Register(attached->session_id(), {{"w", 1000}}).ok());
   auto sock = ConnectUnix(attached->fd_socket_path());
   ASSERT_TRUE(sock.ok()) << sock.status();
@@ -330,13 +330,13 @@ TEST(SecurityTest, OtherUidSide) {
   auto reply = ReceiveWithFds(sock->get(), 1024, absl::Seconds(30));
   ASSERT_TRUE(reply.ok()) << reply.status();
   ASSERT_EQ(reply->fds.size(), 2u) << reply->bytes;
-  EXPECT_NE(reply->bytes.find(absl::StrCat(" device ", 128 << 10)), std::string::npos) << reply->bytes;
+  EXPECT_NE(reply->bytes.find(absl::StrCat(" device ", 64 << 10)), std::string::npos) << reply->bytes;
   const int arena = reply->fds.back().get();
   struct stat st {};
   ASSERT_EQ(fstat(arena, &st), 0);
-  EXPECT_EQ(st.st_size, 128 << 10);
+  EXPECT_EQ(st.st_size, 64 << 10);
   EXPECT_EQ(fcntl(arena, F_GETFL) & O_ACCMODE, O_RDONLY);
-  std::vector<char> bytes(128 << 10, 1);
+  std::vector<char> bytes(64 << 10, 1);
   ASSERT_EQ(pread(arena, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
   EXPECT_EQ(std::count(bytes.begin(), bytes.end(), 0), static_cast<std::ptrdiff_t>(bytes.size()));
 }

@@ -64,6 +64,16 @@ void DeviceTier::Free(const TierSlot& slot) {
   allocator_.Free(SlotRange{slot.offset_bytes, slot.footprint_bytes});
 }
 
+std::optional<Tier::FreeSpace> DeviceTier::FreeSpaceFor(const ShardKey& /*key*/) const {
+  absl::MutexLock lock(&mu_);
+  return FreeSpace{allocator_.free_bytes(), allocator_.largest_free_bytes()};
+}
+
+uint64_t DeviceTier::FreeRangeAfterFreeing(const TierSlot& slot) const {
+  absl::MutexLock lock(&mu_);
+  return allocator_.FreeRangeAfterFreeing(SlotRange{slot.offset_bytes, slot.footprint_bytes});
+}
+
 absl::Status DeviceTier::Write(const TierSlot& slot, absl::Span<const std::byte> src) {
   return copier_->ToDevice(arena_, slot, src, name_);
 }

@@ -46,6 +46,8 @@ class DeviceTier final : public Tier {
   void Free(const TierSlot& slot) override;
   absl::Status Write(const TierSlot& slot, absl::Span<const std::byte> src) override;
   absl::Status Read(const TierSlot& slot, absl::Span<std::byte> dst) override;
+  std::optional<FreeSpace> FreeSpaceFor(const ShardKey& key) const override;
+  uint64_t FreeRangeAfterFreeing(const TierSlot& slot) const override;
 
   // The one device buffer every slot lies in: a slot's offset_bytes is its
   // offset in this buffer (what a trainer that mapped the arena reads at).

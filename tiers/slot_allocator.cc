@@ -8,8 +8,8 @@
 
 namespace strata {
 
-SlotAllocator::SlotAllocator(uint64_t capacity_bytes, uint64_t alignment_bytes)
-    : capacity_bytes_(capacity_bytes), alignment_bytes_(alignment_bytes) {
+SlotAllocator::SlotAllocator(uint64_t capacity_bytes, uint64_t alignment_bytes, Placement placement)
+    : capacity_bytes_(capacity_bytes), alignment_bytes_(alignment_bytes), placement_(placement) {
   STRATA_CHECK(alignment_bytes > 0 && (alignment_bytes & (alignment_bytes - 1)) == 0);
   STRATA_CHECK(capacity_bytes % alignment_bytes == 0);
   if (capacity_bytes > 0) free_[0] = capacity_bytes;
@@ -27,6 +27,22 @@ uint64_t SlotAllocator::largest_free_bytes() const {
 
 absl::StatusOr<SlotRange> SlotAllocator::Allocate(uint64_t size_bytes) {
   const uint64_t need = RoundUp(std::max<uint64_t>(size_bytes, 1));
+  if (placement_ == Placement::kTwoEnded && need <= capacity_bytes_) {
+    largest_request_ = std::max(largest_request_, need);
+    if (need * 2 <= largest_request_) {
+      // Small: last fit, carved from the top of the highest range that holds it.
+      for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
+        if (it->second < need) continue;
+        it->second -= need;
+        const uint64_t offset = it->first + it->second;
+        if (it->second == 0) free_.erase(std::next(it).base());
+        used_bytes_ += need;
+        return SlotRange{offset, need};
+      }
+      return Refusal(need);
+    }
+    // Large: first fit from the bottom (below).
+  }
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < need) continue;
     const uint64_t offset = it->first;
@@ -36,9 +52,29 @@ absl::StatusOr<SlotRange> SlotAllocator::Allocate(uint64_t size_bytes) {
     used_bytes_ += need;
     return SlotRange{offset, need};
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "no free range of ", FormatBytes(need), " (", FormatBytes(capacity_bytes_ - used_bytes_),
-      " free, largest free range ", FormatBytes(largest_free_bytes()), ")"));
+  return Refusal(need);
+}
+
+absl::Status SlotAllocator::Refusal(uint64_t need) const {
+  if (free_bytes() >= need) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "fragmented: no free range of ", FormatBytes(need), " although ", FormatBytes(free_bytes()),
+        " are free (largest free range ", FormatBytes(largest_free_bytes()), ")"));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("full: ", FormatBytes(need), " requested, ",
+                                                   FormatBytes(free_bytes()), " free (largest free range ",
+                                                   FormatBytes(largest_free_bytes()), ")"));
+}
+
+uint64_t SlotAllocator::FreeRangeAfterFreeing(SlotRange range) const {
+  uint64_t length = range.size_bytes;
+  auto next = free_.lower_bound(range.offset_bytes);
+  if (next != free_.end() && range.offset_bytes + range.size_bytes == next->first) length += next->second;
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == range.offset_bytes) length += prev->second;
+  }
+  return length;
 }
 
 void SlotAllocator::Free(SlotRange range) {

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -68,6 +69,23 @@ class Tier {
   virtual absl::Span<std::byte> HostView(const TierSlot& /*slot*/) { return {}; }
   // Alignment Read/Write demand of host buffers (NVMe: the O_DIRECT rule).
   virtual uint64_t host_buffer_alignment() const { return 1; }
+
+  // Fragmentation. In a tier whose slots are ranges of an arena (first fit),
+  // free bytes are not always allocatable: Allocate can refuse a size the
+  // free bytes cover when no single free range holds it. These two let the
+  // TieredStore tell that case from a full tier and choose which copies to
+  // drop so that a large enough range appears (eviction for contiguity).
+  struct FreeSpace {
+    uint64_t free_bytes = 0;
+    uint64_t largest_free_range = 0;
+  };
+  // The free space where a slot for `key` would go (a tier of one arena per
+  // job answers for key.job's arena). nullopt: the tier does not say (its
+  // refusals are taken as "full").
+  virtual std::optional<FreeSpace> FreeSpaceFor(const ShardKey& /*key*/) const { return std::nullopt; }
+  // The length of the free range freeing `slot` would leave (its footprint
+  // joined with the free ranges next to it); 0 when the tier does not say.
+  virtual uint64_t FreeRangeAfterFreeing(const TierSlot& /*slot*/) const { return 0; }
 };
 
 }  // namespace strata

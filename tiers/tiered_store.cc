@@ -250,6 +250,114 @@ absl::Status TieredStore::ChargeLocked(Shard& shard, TierKind t, uint64_t footpr
   }
 }
 
+absl::StatusOr<TierSlot> TieredStore::AllocateChargedLocked(Shard& shard, TierKind t, bool demand,
+                                                           bool urgent) {
+  const int ti = TierIndex(t);
+  Tier* const slots = tier(t);
+  const uint64_t need = slots->FootprintBytes(shard.size_bytes);
+  while (true) {
+    absl::StatusOr<TierSlot> slot = slots->Allocate(shard.key, shard.size_bytes);
+    if (slot.ok() || !absl::IsResourceExhausted(slot.status())) return slot;
+    // Victims of other transfers still hold their slots: wait for those
+    // (they are running, so they end without us).
+    if (slots_releasing_[ti] > 0) {
+      changed_.Wait(&mu_);
+      continue;
+    }
+    const std::optional<Tier::FreeSpace> space = slots->FreeSpaceFor(shard.key);
+    if (!space.has_value() || space->free_bytes < need) return slot;  // full, not fragmented
+    // Fragmented. Candidates: the job's own copies that may be dropped now.
+    std::vector<Shard*> owners;
+    for (Shard* s : cached_[ti]) {
+      const Copy& c = s->copies[ti];
+      if (s == &shard || s->key.job != shard.key.job || c.state != CopyState::kResident || c.pins > 0 ||
+          c.io_refs > 0) {
+        continue;
+      }
+      owners.push_back(s);
+    }
+    if (owners.empty()) {
+      // Copies of the job being filled now hold slots and become evictable
+      // when done (unless their acquirer pins them): wait for those, never
+      // for transfers that have not started.
+      bool filling = false;
+      for (const auto& [key, other] : shards_) {
+        const Copy& c = other->copies[ti];
+        if (key.job == shard.key.job && other.get() != &shard && t != other->home &&
+            c.state == CopyState::kLoading && c.slot.valid()) {
+          filling = true;
+          break;
+        }
+      }
+      if (filling) {
+        changed_.Wait(&mu_);
+        continue;
+      }
+      return FragmentedErrorLocked(shard, t, *space, "every other copy of the job there is pinned or moving");
+    }
+    std::sort(owners.begin(), owners.end(), [](const Shard* a, const Shard* b) { return a->key < b->key; });
+    // Prefer copies whose freeing alone leaves a range that fits (2), then
+    // copies next to free space, which grow a free range (1), then any (0).
+    std::vector<int> level(owners.size());
+    int best = 0;
+    for (size_t i = 0; i < owners.size(); ++i) {
+      const TierSlot& victim_slot = owners[i]->copies[ti].slot;
+      const uint64_t after = slots->FreeRangeAfterFreeing(victim_slot);
+      level[i] = after >= need ? 2 : after > victim_slot.footprint_bytes ? 1 : 0;
+      best = std::max(best, level[i]);
+    }
+    std::vector<EvictionCandidate> candidates;
+    std::vector<Shard*> from;
+    for (size_t i = 0; i < owners.size(); ++i) {
+      if (level[i] != best) continue;
+      const Shard* s = owners[i];
+      const Copy& c = s->copies[ti];
+      candidates.push_back({s->key, slots->FootprintBytes(s->size_bytes), c.last_use_tick,
+                            NeedsWriteBackLocked(*s, t), c.prefetched_unused, false});
+      from.push_back(owners[i]);
+    }
+    EvictionRequest request{t, shard.key, demand, urgent};
+    std::optional<size_t> pick = policy_->ChooseVictim(request, candidates);
+    if (!pick.has_value() || *pick >= candidates.size()) {
+      // A prefetch the policy does not make room for; a client waiting now
+      // gets room regardless (as ChargeLocked's demand rule).
+      if (!demand) {
+        return FragmentedErrorLocked(shard, t, *space, "the eviction policy keeps every copy (all needed sooner)");
+      }
+      pick = 0;
+    }
+    std::vector<PendingWriteBack> write_backs;
+    EvictLocked(*from[*pick], t, &write_backs);
+    changed_.SignalAll();
+    if (!write_backs.empty()) {
+      ++slots_releasing_[ti];
+      mu_.Unlock();
+      absl::Status written = RunWriteBacks(write_backs);
+      mu_.Lock();
+      --slots_releasing_[ti];
+      changed_.SignalAll();
+      if (!written.ok()) return written;
+    }
+  }
+}
+
+absl::Status TieredStore::FragmentedErrorLocked(const Shard& shard, TierKind t, const Tier::FreeSpace& space,
+                                                absl::string_view why) const {
+  const int ti = TierIndex(t);
+  auto budget_it = job_budget_.find({shard.key.job, ti});
+  auto charged_it = job_charged_.find({shard.key.job, ti});
+  const uint64_t charged = charged_it == job_charged_.end() ? 0 : charged_it->second;
+  const std::string bound =
+      budget_it != job_budget_.end()
+          ? absl::StrCat("the job's budget of ", FormatBytes(budget_it->second))
+          : absl::StrCat("the tier's capacity of ", FormatBytes(tier(t)->capacity_bytes()));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "no room for ", ShardKeyToString(shard.key), " (", FormatBytes(tier(t)->FootprintBytes(shard.size_bytes)),
+      " requested) in ", tier(t)->name(), ": fragmented: ", bound, " allows it (", FormatBytes(charged),
+      " charged with it) and ", FormatBytes(space.free_bytes), " are free, but the largest free range is ",
+      FormatBytes(space.largest_free_range), "; ", why));
+}
+
 size_t TieredStore::ExpireLeasesLocked(absl::Time now) {
   std::vector<uint64_t> expired;
   for (const auto& [id, record] : leases_) {
@@ -423,11 +531,7 @@ absl::StatusOr<Lease> TieredStore::AcquireForOverwrite(const ShardKey& key, Tier
   absl::StatusOr<TierSlot> slot = absl::UnknownError("not allocated");
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
-    while (true) {
-      slot = tier(t)->Allocate(key, shard->size_bytes);
-      if (slot.ok() || write_backs_running_[TierIndex(t)] == 0) break;
-      changed_.Wait(&mu_);
-    }
+    slot = AllocateChargedLocked(*shard, t, /*demand=*/true, /*urgent=*/false);
     status = slot.status();
   }
   absl::MutexLock lock(&mu_);
@@ -585,6 +689,8 @@ absl::StatusOr<std::unique_ptr<TieredStore::CopyOp>> TieredStore::StartCopyLocke
   op->dst = dst;
   op->src_version = shard.copies[TierIndex(*src)].version;
   op->prefetch = prefetch;
+  op->demand = demand;
+  op->urgent = options.urgent;
   ++stats_.tiers[TierIndex(dst)].promotions;
   ++job_stats_[shard.key.job].tiers[TierIndex(dst)].promotions;
   if (prefetch) {
@@ -723,11 +829,11 @@ void TieredStore::RunCopy(CopyOp& op) {
   if (!op.write_backs.empty()) {
     {
       absl::MutexLock lock(&mu_);
-      ++write_backs_running_[TierIndex(op.dst)];
+      ++slots_releasing_[TierIndex(op.dst)];
     }
     status = RunWriteBacks(op.write_backs, &bytes_down);
     absl::MutexLock lock(&mu_);
-    --write_backs_running_[TierIndex(op.dst)];
+    --slots_releasing_[TierIndex(op.dst)];
     changed_.SignalAll();
   }
   TierSlot src_slot;
@@ -739,19 +845,15 @@ void TieredStore::RunCopy(CopyOp& op) {
       dst_slot = shard.copies[TierIndex(op.dst)].slot;
     } else if (status.ok()) {
       // The charge is ours, so the space exists; it may still be occupied by
-      // victims another transfer is writing back. Wait for those, never for
-      // work that has not started (which could deadlock a small pool).
-      while (true) {
-        absl::StatusOr<TierSlot> slot = tier(op.dst)->Allocate(shard.key, shard.size_bytes);
-        if (slot.ok()) {
-          dst_slot = *slot;
-          break;
-        }
-        if (write_backs_running_[TierIndex(op.dst)] == 0) {
-          status = slot.status();
-          break;
-        }
-        changed_.Wait(&mu_);
+      // victims another transfer is writing back, or fragmented.
+      absl::StatusOr<TierSlot> slot = AllocateChargedLocked(shard, op.dst, op.demand, op.urgent);
+      if (slot.ok()) {
+        dst_slot = *slot;
+        // Still loading, but holding its slot: an allocation that finds the
+        // arena fragmented may wait for this copy, which ends without it.
+        shard.copies[TierIndex(op.dst)].slot = dst_slot;
+      } else {
+        status = slot.status();
       }
     }
   }
@@ -854,8 +956,16 @@ absl::StatusOr<TransferHandle> TieredStore::Demote(const ShardKey& key, TierKind
 void TieredStore::RunDemote(DemoteOp& op) {
   Shard& shard = *op.shard;
   absl::Status status;
+  {
+    // The dropped copies are uncharged but hold their slots until below.
+    // Counted once running, not when queued: an allocation waiting for
+    // work that has not started could deadlock a small pool.
+    absl::MutexLock lock(&mu_);
+    for (TierKind u : op.dropped) ++slots_releasing_[TierIndex(u)];
+  }
   if (op.write_back_from.has_value()) status = WriteBackData(shard, *op.write_back_from);
   absl::MutexLock lock(&mu_);
+  for (TierKind u : op.dropped) --slots_releasing_[TierIndex(u)];
   uint64_t bytes_down = 0;
   if (status.ok()) {
     if (op.write_back_from.has_value()) {

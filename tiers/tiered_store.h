@@ -33,6 +33,19 @@
 // tier's allocation unit). Budgets are never exceeded: a copy's charge is
 // taken before its slot is allocated and returned when it is dropped.
 //
+// Fragmentation. A tier that sub-allocates an arena (first fit over shards
+// of mixed sizes) can refuse a slot the charge allows: enough free bytes, no
+// free range long enough (Tier::FreeSpaceFor tells the two apart). The store
+// then evicts more of the same job's unpinned copies in that tier -- by the
+// eviction policy, among the copies whose freeing leaves a long enough range
+// when there are any (else those next to free space, else any) -- and
+// retries, as a caching allocator frees cached blocks and retries; when
+// nothing of the job is left to evict, ResourceExhausted says "fragmented"
+// with the budget, the free bytes, the largest free range and the request.
+// It never evicts another job's copies for this, and never moves a slot
+// (a pinned copy's offset is in a client's hands). So an arena needs no
+// headroom over the budget.
+//
 // Concurrency. Thread-safe. One mutex guards the shard table; it is never
 // held across I/O: the data moves in the TransferExecutor (a thread pool in
 // the daemon; inline in the simulated benchmark), between Tier::Read/Write
@@ -290,6 +303,8 @@ class TieredStore {
     TierKind dst;
     uint64_t src_version;
     bool prefetch;
+    bool demand;  // for the eviction policy, should fragmentation need more room
+    bool urgent;
     std::vector<PendingWriteBack> write_backs;
     TransferHandle handle;
   };
@@ -323,6 +338,16 @@ class TieredStore {
                             bool urgent, std::vector<PendingWriteBack>* write_backs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnchargeLocked(Shard& shard, TierKind t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Allocates the slot of `shard`'s copy in `t`, whose footprint is charged
+  // already. A refusal then means victims' slots not yet freed (it waits for
+  // the transfers freeing them) or fragmentation, which it mends by evicting
+  // more of the job's unpinned copies in `t` and retrying (see the header
+  // comment); their write-backs run here, with the lock released meanwhile.
+  absl::StatusOr<TierSlot> AllocateChargedLocked(Shard& shard, TierKind t, bool demand, bool urgent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ResourceExhausted for a slot that fits the job's budget but no free range.
+  absl::Status FragmentedErrorLocked(const Shard& shard, TierKind t, const Tier::FreeSpace& space,
+                                     absl::string_view why) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the cached copy of `shard` in `t` (REQUIRES evictable), queueing a
   // write-back when it is the only current copy.
   void EvictLocked(Shard& shard, TierKind t, std::vector<PendingWriteBack>* write_backs)
@@ -380,9 +405,11 @@ class TieredStore {
   absl::flat_hash_map<uint64_t, LeaseRecord> leases_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
-  // Write-backs running now, per destination-of-room tier: a transfer whose
-  // slot allocation fails waits for them to free their victims' space.
-  std::array<int, kNumTiers> write_backs_running_ ABSL_GUARDED_BY(mu_){};
+  // Transfers running now that will free slots of copies no longer charged
+  // (victims being written back, copies being demoted), per tier of those
+  // slots: an allocation the charge allows but the tier refuses waits for
+  // them before it evicts anything more.
+  std::array<int, kNumTiers> slots_releasing_ ABSL_GUARDED_BY(mu_){};
   int ops_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   StoreStats stats_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<JobId, StoreStats> job_stats_ ABSL_GUARDED_BY(mu_);

@@ -440,5 +440,130 @@ TEST_F(TieredStoreTest, ReadLeaseCannotBeReleasedDirtyNorWritten) {
   EXPECT_TRUE(store().Release(lease->id, false).ok());
 }
 
+
+// Fragmentation: a 128 KiB device arena, job 2's shard F (32 KiB) first, then
+// job 1 (budget 96 KiB) loads A 32, B 16, C 32, D 16 KiB; dropping B and D
+// leaves 32 KiB free in two 16 KiB ranges. A new 32 KiB shard E fits job 1's
+// budget (A + C + E = 96 KiB) and the tier's capacity, but no free range.
+class TieredStoreFragmentationTest : public TieredStoreTest {
+ protected:
+  static constexpr uint64_t kKiB = 1024;
+  enum : uint32_t { kA = 1, kB = 2, kC = 3, kD = 4, kE = 5, kF = 6 };
+  static uint64_t SizeOf(uint32_t tensor) { return (tensor == kB || tensor == kD ? 16 : 32) * kKiB; }
+  static uint64_t JobOf(uint32_t tensor) { return tensor == kF ? 2 : 1; }
+  static ShardKey K(uint32_t tensor) { return TestKey(tensor, JobOf(tensor)); }
+  // Distinct bytes per shard and version, so a mixed-up slot shows.
+  static std::vector<std::byte> Pattern(uint32_t tensor, uint8_t version = 0) {
+    std::vector<std::byte> out(SizeOf(tensor));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>((i * 7 + tensor * 31 + version) & 0xff);
+    return out;
+  }
+  void SetUp() override { MakeLayout({.device_bytes = 128 << 10}); }
+  void MakeLayout(const StoreWorldOptions& options) {
+    Build(options);
+    ASSERT_TRUE(store().SetJobBudget(JobId(1), kDev, 96 * kKiB).ok());
+    for (uint32_t t : {kA, kB, kC, kD, kE, kF}) ASSERT_TRUE(store().AddShard(K(t), kHome, Pattern(t)).ok());
+    for (uint32_t t : {kF, kA, kB, kC, kD}) EXPECT_EQ(Read(t, kDev), Pattern(t));
+    ASSERT_TRUE(store().Evict(K(kB), kDev).ok());
+    ASSERT_TRUE(store().Evict(K(kD), kDev).ok());
+    EXPECT_EQ(store().job_charged_bytes(JobId(1), kDev), 64 * kKiB);
+    auto space = world_->device_tier->FreeSpaceFor(K(kE));
+    ASSERT_TRUE(space.has_value());
+    EXPECT_EQ(space->free_bytes, 32 * kKiB);
+    EXPECT_EQ(space->largest_free_range, 16 * kKiB);  // fragmented
+  }
+  std::vector<std::byte> Read(uint32_t tensor, TierKind tier) {
+    auto lease = store().Acquire(K(tensor), tier, AccessMode::kRead);
+    EXPECT_TRUE(lease.ok()) << lease.status();
+    if (!lease.ok()) return {};
+    std::vector<std::byte> out(SizeOf(tensor));
+    EXPECT_TRUE(store().ReadShard(*lease, absl::MakeSpan(out)).ok());
+    EXPECT_TRUE(store().Release(lease->id, false).ok());
+    return out;
+  }
+};
+
+TEST_F(TieredStoreFragmentationTest, AFragmentedArenaEvictsTheJobsOwnCopiesUntilTheSlotFits) {
+  // A is rewritten on the device (dirty: the only copy of version 1), then C
+  // is used, so A is the least recently used: the victim needs a write-back.
+  {
+    auto writer = store().Acquire(K(kA), kDev, AccessMode::kWrite);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE(store().WriteShard(*writer, Pattern(kA, 1)).ok());
+    ASSERT_TRUE(store().Release(writer->id, true).ok());
+  }
+  EXPECT_EQ(Read(kC, kDev), Pattern(kC));
+  const uint64_t evictions = store().stats().tier(kDev).evictions;
+  EXPECT_EQ(Read(kE, kDev), Pattern(kE));  // fits after evicting A, which leaves 48 KiB free in one range
+  EXPECT_TRUE(store().IsResident(K(kE), kDev));
+  EXPECT_FALSE(store().IsResident(K(kA), kDev));
+  EXPECT_TRUE(store().IsResident(K(kC), kDev));
+  EXPECT_EQ(store().stats().tier(kDev).evictions, evictions + 1);  // A alone was enough
+  EXPECT_EQ(store().job_charged_bytes(JobId(1), kDev), 64 * kKiB);
+  // The other job's copy is untouched.
+  EXPECT_TRUE(store().IsResident(K(kF), kDev));
+  EXPECT_EQ(Read(kF, kDev), Pattern(kF));
+  // Bit-exact: what stays resident, and what was evicted read back (A's
+  // rewrite reached its home before its slot was given up).
+  EXPECT_EQ(Read(kC, kDev), Pattern(kC));
+  EXPECT_EQ(Read(kA, kHome), Pattern(kA, 1));
+  EXPECT_EQ(Read(kB, kHome), Pattern(kB));
+  EXPECT_EQ(Read(kD, kHome), Pattern(kD));
+  EXPECT_EQ(store().stats().tier(kDev).write_backs, 1u);
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreFragmentationTest, WithTheJobsCopiesPinnedItIsResourceExhaustedNamingFragmentedAndTheNumbers) {
+  auto a = store().Acquire(K(kA), kDev, AccessMode::kRead);
+  auto c = store().Acquire(K(kC), kDev, AccessMode::kRead);
+  ASSERT_TRUE(a.ok() && c.ok());
+  auto e = store().Acquire(K(kE), kDev, AccessMode::kRead);
+  ASSERT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted) << e.status();
+  const std::string message(e.status().message());
+  for (const char* part : {"fragmented", "budget of 96.0 KiB", "32.0 KiB requested", "32.0 KiB are free",
+                           "largest free range is 16.0 KiB", "pinned"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << " not in: " << message;
+  }
+  // Nothing was evicted for it: the pinned copies stay, job 2's too.
+  EXPECT_TRUE(store().IsResident(K(kA), kDev));
+  EXPECT_TRUE(store().IsResident(K(kC), kDev));
+  EXPECT_TRUE(store().IsResident(K(kF), kDev));
+  EXPECT_EQ(store().job_charged_bytes(JobId(1), kDev), 64 * kKiB);
+  ExpectInvariants();
+  ASSERT_TRUE(store().Release(a->id, false).ok());
+  ASSERT_TRUE(store().Release(c->id, false).ok());
+  EXPECT_EQ(Read(kE, kDev), Pattern(kE));  // once unpinned, it fits
+  EXPECT_EQ(Read(kF, kDev), Pattern(kF));
+  ExpectInvariants();
+}
+
+// A prefetch the policy will not make room for is refused rather than
+// evicting a copy needed sooner.
+class RefuseAllPolicy final : public EvictionPolicy {
+ public:
+  std::optional<size_t> ChooseVictim(const EvictionRequest& request,
+                                     absl::Span<const EvictionCandidate> candidates) override {
+    if (request.demand) return lru_.ChooseVictim(request, candidates);
+    return std::nullopt;
+  }
+  LruPolicy lru_;
+};
+
+TEST_F(TieredStoreFragmentationTest, APrefetchThePolicyRefusesRoomForIsRefusedWithTheNumbers) {
+  RefuseAllPolicy policy;
+  MakeLayout({.device_bytes = 128 << 10, .policy = &policy});  // the same layout under the refusing policy
+  auto prefetch = store().Promote(K(kE), kDev, PromoteOptions{.prefetch = true});
+  ASSERT_TRUE(prefetch.ok()) << prefetch.status();  // the charge fits: no victim needed for bytes
+  absl::Status moved = (*prefetch)->Wait();
+  EXPECT_EQ(moved.code(), absl::StatusCode::kResourceExhausted) << moved;
+  EXPECT_NE(moved.message().find("fragmented"), absl::string_view::npos) << moved;
+  EXPECT_TRUE(store().IsResident(K(kA), kDev));
+  EXPECT_TRUE(store().IsResident(K(kC), kDev));
+  EXPECT_FALSE(store().IsResident(K(kE), kDev));
+  ExpectInvariants();
+  EXPECT_EQ(Read(kE, kDev), Pattern(kE));  // on demand it gets room
+  ExpectInvariants();
+}
+
 }  // namespace
 }  // namespace strata

@@ -59,7 +59,7 @@ daemon=$!
 for _ in $(seq 50); do [ -S "$sock_dir/stratad.sock" ] && break; sleep 0.2; done
 grep -E 'device tier' "$out/stratad.log" | tee -a "$out/summary.txt"
 step infinity 120 "$build/bin/strata-train-example" --mode infinity --ranks 2 --steps 10 \
-  --socket "$sock_dir/stratad.sock" --device_tier --device_budget 96KiB --park_after_step 5 --park_tier nvme \
+  --socket "$sock_dir/stratad.sock" --device_tier --device_budget 112KiB --park_after_step 5 --park_tier nvme \
   --stats
 step local 60 "$build/bin/strata-train-example" --mode local --ranks 2 --steps 10
 # The park / resume timings (shards, bytes, seconds, GB/s) the example printed.

@@ -33,9 +33,9 @@ def test_a_job_with_a_device_budget_maps_the_arena_read_only(device_daemon):
     session.register_tensors([("w", 4096, 0)], [])
     arena = memoryview(session.device_arena())
     assert arena.readonly
-    # The job's own arena (twice its budget: fragmentation headroom), not the
-    # daemon's whole device capacity.
-    assert arena.nbytes == 2 * (96 << 10)
+    # The job's own arena (exactly its budget), not the daemon's whole device
+    # capacity.
+    assert arena.nbytes == 96 << 10
     with pytest.raises(TypeError):
         arena[0] = 1
     session.close()
