@@ -6,6 +6,16 @@
 namespace strata {
 namespace {
 
+// Fills `slots` with one-page slots of `a`, in order.
+template <size_t N>
+void AllocatePages(SlotAllocator& a, SlotRange (&slots)[N]) {
+  for (SlotRange& x : slots) {
+    auto s = a.Allocate(4096);
+    ASSERT_TRUE(s.ok()) << s.status();
+    x = *s;
+  }
+}
+
 TEST(SlotAllocatorTest, RoundsUpToAlignmentAndRunsOutAtCapacity) {
   SlotAllocator a(16384, 4096);
   auto first = a.Allocate(1);
@@ -24,11 +34,7 @@ TEST(SlotAllocatorTest, RoundsUpToAlignmentAndRunsOutAtCapacity) {
 TEST(SlotAllocatorTest, FreeCoalescesNeighboursSoLargeSlotsFitAgain) {
   SlotAllocator a(4 * 4096, 4096);
   SlotRange r[4];
-  for (auto& x : r) {
-    auto s = a.Allocate(4096);
-    ASSERT_TRUE(s.ok());
-    x = *s;
-  }
+  ASSERT_NO_FATAL_FAILURE(AllocatePages(a, r));
   a.Free(r[1]);
   a.Free(r[3]);
   EXPECT_EQ(a.largest_free_bytes(), 4096u);
@@ -50,11 +56,7 @@ TEST(SlotAllocatorTest, FreeCoalescesNeighboursSoLargeSlotsFitAgain) {
 TEST(SlotAllocatorTest, ARefusalSaysFragmentedOrFullAndFreeRangeAfterFreeingSeesNeighbours) {
   SlotAllocator a(6 * 4096, 4096);
   SlotRange r[6];
-  for (auto& x : r) {
-    auto s = a.Allocate(4096);
-    ASSERT_TRUE(s.ok());
-    x = *s;
-  }
+  ASSERT_NO_FATAL_FAILURE(AllocatePages(a, r));
   a.Free(r[1]);
   a.Free(r[4]);
   EXPECT_EQ(a.free_bytes(), 2 * 4096u);
