@@ -137,6 +137,9 @@ absl::Status ClientDoorbell::Signal(uint32_t index, uint64_t step, uint64_t grad
   doorbell::Entry& e = shared_->entries[tail_ % doorbell::kCapacity];
   e.index.store(index, std::memory_order_relaxed);
   e.step.store(step, std::memory_order_relaxed);
+  // What the daemon took is forgotten here too, so a trainer that never
+  // waits for room keeps at most a ring of these.
+  ForgetTaken();
   untaken_.emplace_back(tail_, grad_bytes);
   ++tail_;
   // The gradient bytes and the entry, then the tail; seq_cst, paired with
@@ -149,6 +152,11 @@ absl::Status ClientDoorbell::Signal(uint32_t index, uint64_t step, uint64_t grad
   return absl::OkStatus();
 }
 
+void ClientDoorbell::ForgetTaken() {
+  const uint64_t head = shared_->head.load(std::memory_order_acquire);
+  while (!untaken_.empty() && static_cast<int64_t>(head - untaken_.front().first) > 0) untaken_.pop_front();
+}
+
 absl::Status ClientDoorbell::WaitGradRoom(uint64_t bytes, uint64_t unsignaled, absl::Duration timeout) {
   if (shared_->grad_room_bytes.load(std::memory_order_acquire) == 0) return absl::OkStatus();
   // What the daemon holds, plus our signals it has not taken. The head is
@@ -156,8 +164,7 @@ absl::Status ClientDoorbell::WaitGradRoom(uint64_t bytes, uint64_t unsignaled, a
   // head past its signal, so a signal it took is never missed (at worst
   // counted twice for a moment, which only waits longer).
   auto committed = [&]() -> uint64_t {
-    const uint64_t head = shared_->head.load(std::memory_order_acquire);
-    while (!untaken_.empty() && static_cast<int64_t>(head - untaken_.front().first) > 0) untaken_.pop_front();
+    ForgetTaken();
     uint64_t total = shared_->grad_held_bytes.load(std::memory_order_acquire);
     for (const auto& [position, grad_bytes] : untaken_) total += grad_bytes;
     return total;

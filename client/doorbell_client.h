@@ -78,6 +78,8 @@ class ClientDoorbell {
   // Our signals the daemon may not have taken yet: (ring position, gradient
   // bytes), oldest first; dropped once the page's head passes them.
   std::deque<std::pair<uint64_t, uint64_t>> untaken_;
+  // Drops the entries of untaken_ the page's head has passed.
+  void ForgetTaken();
   uint64_t error_seen_ = 0;  // the page's error_seq we have reported
 };
 
