@@ -23,6 +23,18 @@ StagingBuffer NewStaging(uint64_t size, size_t alignment) {
   return StagingBuffer(new (std::align_val_t(alignment)) std::byte[size], AlignedDelete{alignment});
 }
 
+// Writes `src` into `slot` of `t`, through an aligned copy when the tier
+// needs aligned host buffers (O_DIRECT) and `src` is not.
+absl::Status WriteFromHost(Tier* t, const TierSlot& slot, absl::Span<const std::byte> src) {
+  if (t->host_buffer_alignment() > 1 && reinterpret_cast<uintptr_t>(src.data()) % t->host_buffer_alignment() != 0) {
+    const size_t align = std::max<size_t>(4096, t->host_buffer_alignment());
+    StagingBuffer staging = NewStaging(std::max<uint64_t>(src.size(), 1), align);
+    std::copy(src.begin(), src.end(), staging.get());
+    return t->Write(slot, absl::MakeConstSpan(staging.get(), src.size()));
+  }
+  return t->Write(slot, src);
+}
+
 absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
@@ -456,17 +468,7 @@ absl::Status TieredStore::PlaceHome(const ShardKey& key, TierKind home, uint64_t
   absl::StatusOr<TierSlot> slot = home_tier->Allocate(key, size_bytes);
   if (status.ok()) status = slot.status();
   // Adopting: the home already holds the data (a restart); adding: write it.
-  if (status.ok() && data != nullptr) {
-    if (home_tier->host_buffer_alignment() > 1 &&
-        reinterpret_cast<uintptr_t>(data->data()) % home_tier->host_buffer_alignment() != 0) {
-      const size_t align = std::max<size_t>(4096, home_tier->host_buffer_alignment());
-      StagingBuffer staging = NewStaging(std::max<uint64_t>(data->size(), 1), align);
-      std::copy(data->begin(), data->end(), staging.get());
-      status = home_tier->Write(*slot, absl::MakeConstSpan(staging.get(), data->size()));
-    } else {
-      status = home_tier->Write(*slot, *data);
-    }
-  }
+  if (status.ok() && data != nullptr) status = WriteFromHost(home_tier, *slot, *data);
   absl::MutexLock lock(&mu_);
   --ops_in_flight_;
   if (!status.ok()) {
@@ -1164,15 +1166,7 @@ absl::Status TieredStore::WriteShard(const Lease& lease, absl::Span<const std::b
       return absl::NotFoundError(absl::StrCat("lease ", lease.id.value, " expired or unknown"));
     }
   }
-  Tier* t = tier(lease.tier);
-  if (t->host_buffer_alignment() > 1 &&
-      reinterpret_cast<uintptr_t>(src.data()) % t->host_buffer_alignment() != 0) {
-    const size_t align = std::max<size_t>(4096, t->host_buffer_alignment());
-    StagingBuffer staging = NewStaging(std::max<uint64_t>(src.size(), 1), align);
-    std::copy(src.begin(), src.end(), staging.get());
-    return t->Write(lease.slot, absl::MakeConstSpan(staging.get(), src.size()));
-  }
-  return t->Write(lease.slot, src);
+  return WriteFromHost(tier(lease.tier), lease.slot, src);
 }
 
 absl::Status TieredStore::WriteHome(const ShardKey& key, absl::Span<const std::byte> src) {
@@ -1207,17 +1201,7 @@ absl::Status TieredStore::WriteHome(const ShardKey& key, absl::Span<const std::b
     ++home.io_refs;  // keeps the shard (RemoveShard refuses) while it is written
     home_slot = home.slot;
   }
-  Tier* home_tier = tier(shard->home);
-  absl::Status status;
-  if (home_tier->host_buffer_alignment() > 1 &&
-      reinterpret_cast<uintptr_t>(src.data()) % home_tier->host_buffer_alignment() != 0) {
-    const size_t align = std::max<size_t>(4096, home_tier->host_buffer_alignment());
-    StagingBuffer staging = NewStaging(std::max<uint64_t>(src.size(), 1), align);
-    std::copy(src.begin(), src.end(), staging.get());
-    status = home_tier->Write(home_slot, absl::MakeConstSpan(staging.get(), src.size()));
-  } else {
-    status = home_tier->Write(home_slot, src);
-  }
+  const absl::Status status = WriteFromHost(tier(shard->home), home_slot, src);
   absl::MutexLock lock(&mu_);
   Copy& home = shard->copies[TierIndex(shard->home)];
   --home.io_refs;
