@@ -258,8 +258,7 @@ absl::Status ParamCache::StoreHomeFrom(uint32_t rank, uint32_t index, absl::Span
   bool keep;
   {
     absl::MutexLock lock(&mu_);
-    const uint64_t room = budget_bytes_ > reserved_bytes_ ? budget_bytes_ - reserved_bytes_ : 0;
-    keep = held + ref.bytes <= room;
+    keep = held + ref.bytes <= ParamRoomLocked();
   }
   if (!keep) {
     absl::Status home = store_->WriteHome(key, params);
@@ -293,7 +292,7 @@ void ParamCache::TrimToBudget() {
   uint64_t target;
   {
     absl::MutexLock lock(&mu_);
-    target = budget_bytes_ > reserved_bytes_ ? budget_bytes_ - reserved_bytes_ : 0;
+    target = ParamRoomLocked();
   }
   (void)store_->Trim(JobId(job_id_), TierKind::kPinnedHost, target);
 }
@@ -344,7 +343,7 @@ void ParamCache::Prefetch(uint32_t rank) {
     ++issuing_;  // BeginUpdate waits for this call's promotions too
     trust = trust_.get();
     tier = prefetch_tier_[rank];
-    room = budget_bytes_ > reserved_bytes_ ? budget_bytes_ - reserved_bytes_ : 0;
+    room = ParamRoomLocked();
     // Handles of finished transfers are not needed any more.
     in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),
                                     [](const TransferHandle& h) { return h->done(); }),
@@ -437,7 +436,7 @@ absl::StatusOr<std::vector<Lease>> ParamCache::AcquireIn(uint32_t rank, absl::Sp
     uint64_t room;
     {
       absl::MutexLock lock(&mu_);
-      room = budget_bytes_ > reserved_bytes_ ? budget_bytes_ - reserved_bytes_ : 0;
+      room = ParamRoomLocked();
     }
     if (needed > 0) {
       (void)store_->Trim(JobId(job_id_), tier, room > needed ? room - needed : 0, std::nullopt, false, keep);

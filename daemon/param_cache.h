@@ -197,6 +197,10 @@ class ParamCache {
   void Prefetch(uint32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Usable() const ABSL_LOCKS_EXCLUDED(mu_);
   void TrimToBudget() ABSL_LOCKS_EXCLUDED(mu_);
+  // The budget left to params: the job's budget less what others reserved.
+  uint64_t ParamRoomLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return budget_bytes_ > reserved_bytes_ ? budget_bytes_ - reserved_bytes_ : 0;
+  }
 
   const uint64_t job_id_;
   const uint32_t ranks_;
