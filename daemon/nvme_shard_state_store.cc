@@ -175,14 +175,10 @@ absl::Status NvmeShardStateStore::Run(const std::vector<ShardId>& shards, const 
   // Preloads of the tiles this run starts with are its first loads; any
   // other (the step was skipped, a checkpoint reads first) is waited out.
   std::vector<std::future<absl::Status>> loads(tiles.size());
+  bool taking = true;  // until the first preload that is not this run's tile
   for (size_t k = 0; k < preloaded.size(); ++k) {
-    const TileRef& ref = preloaded[k].ref;
-    const bool same = k < tiles.size() && tiles[k].shard.rank == ref.shard.rank &&
-                      tiles[k].shard.index == ref.shard.index && tiles[k].tile == ref.tile &&
-                      tiles[k].offset == ref.offset && tiles[k].size == ref.size;
-    bool all_same = same;
-    for (size_t j = 0; j < k; ++j) all_same = all_same && loads[j].valid();
-    if (all_same) {
+    taking = taking && k < tiles.size() && tiles[k] == preloaded[k].ref;
+    if (taking) {
       loads[k] = std::move(preloaded[k].load);
     } else {
       (void)preloaded[k].load.get();

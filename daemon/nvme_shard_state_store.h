@@ -50,6 +50,7 @@ class NvmeShardStateStore final : public ShardStateStore {
     uint32_t tile = 0;
     uint64_t offset = 0;  // elements
     uint64_t size = 0;
+    friend bool operator==(const TileRef&, const TileRef&) = default;
   };
   NvmeShardStateStore(uint64_t job_id, const StateLayout& layout, ExtentStore* store,
                       uint64_t tile_elements);

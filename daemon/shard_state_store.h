@@ -27,6 +27,7 @@ struct StateTile {
 struct ShardId {
   uint32_t rank = 0;
   uint32_t index = 0;
+  friend bool operator==(const ShardId&, const ShardId&) = default;
 };
 
 using TileFn = std::function<absl::Status(const ShardId&, const StateTile&)>;
