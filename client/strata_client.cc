@@ -72,6 +72,8 @@ struct RankSession::State {
   // signaled yet (counted against the rank's gradient window).
   std::vector<bool> grad_claimed;
   uint64_t grad_claimed_bytes = 0;
+  // Bytes of shard `index`'s gradient slot (index < shards.size()).
+  uint64_t GradSlotBytes(uint32_t index) const { return shards[index].padded_numel * DTypeSize(grad_dtype); }
   // The daemon's device arena (AttachRankResponse.device), mapped once.
   strata::v1::DeviceArenaShare device_share;
   bool device_offered = false;
@@ -625,7 +627,7 @@ absl::Status RankSession::WaitGradRoom(uint32_t index) {
                                               " is out of range: this rank has ", st.shards.size(), " shards"));
   }
   if (st.grad_claimed[index]) return absl::OkStatus();  // counted already, until its GradReady
-  const uint64_t bytes = st.shards[index].padded_numel * DTypeSize(st.grad_dtype);
+  const uint64_t bytes = st.GradSlotBytes(index);
   if (st.doorbell != nullptr) {
     STRATA_RETURN_IF_ERROR(
         st.doorbell->WaitGradRoom(bytes, st.grad_claimed_bytes, st.connection->options.step_timeout));
@@ -639,11 +641,10 @@ absl::Status RankSession::GradReady(uint32_t index, uint64_t step) {
   State& st = *state_;
   if (index < st.grad_claimed.size() && st.grad_claimed[index]) {
     st.grad_claimed[index] = false;
-    st.grad_claimed_bytes -= st.shards[index].padded_numel * DTypeSize(st.grad_dtype);
+    st.grad_claimed_bytes -= st.GradSlotBytes(index);
   }
   if (st.doorbell != nullptr && st.doorbell->CanSignal(index, step, st.shards.size())) {
-    return st.doorbell->Signal(index, step, st.shards[index].padded_numel * DTypeSize(st.grad_dtype),
-                               st.connection->options.rpc_timeout);
+    return st.doorbell->Signal(index, step, st.GradSlotBytes(index), st.connection->options.rpc_timeout);
   }
   strata::v1::GradReadyRequest request;
   request.set_index(index);
@@ -696,7 +697,7 @@ absl::Status RankSession::WriteGrad(uint32_t index, const void* src, uint64_t by
                                               st.shards.size(), " shards"));
   }
   const ShardView& shard = st.shards[index];
-  const uint64_t slot_bytes = shard.padded_numel * DTypeSize(st.grad_dtype);
+  const uint64_t slot_bytes = st.GradSlotBytes(index);
   if (offset > slot_bytes || bytes > slot_bytes - offset) {
     return absl::OutOfRangeError(absl::StrCat("WriteGrad: ", bytes, " bytes at offset ", offset,
                                               " do not fit shard ", index, "'s grad slot of ", slot_bytes, " bytes"));
