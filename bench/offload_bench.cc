@@ -67,8 +67,8 @@ struct ModeResult {
   uint64_t pinned_budget = 0;
   uint64_t daemon_peak_rss = 0;  // VmHWM of the private daemon over this size's run (0: not ours)
   uint64_t window_peak = 0;      // largest resident bytes of the exchange region seen (sampled)
-  // The same over the measured steps only (after InitParams, whose protocol
-  // has the trainer write every param slot first, and the warm-up step).
+  // The same over the measured steps only (after InitParams and the warm-up
+  // step).
   uint64_t window_step_peak = 0;
   uint64_t staging = 0;          // the daemon's NVMe staging for this job (3 sets x streams x tile)
   // The daemon's own breakdown of each measured step (GetStats' last_step,
@@ -91,11 +91,10 @@ struct ModeResult {
 // mixed signs: finite, so no step is skipped for overflow) are copied into
 // each grad slot before its GradReady, every step, as a trainer does: the
 // infinity window frees a gradient's slot once the step used it.
-void FillParams(RankSession& rank) {
-  for (ShardView& shard : rank.shards()) {
-    uint16_t* p = reinterpret_cast<uint16_t*>(shard.param);
-    for (uint64_t i = 0; i < shard.padded_numel; ++i) p[i] = static_cast<uint16_t>(0x2000 + ((i * 7) & 0x3ff));
-  }
+absl::Status FillParams(ShardView& shard) {
+  uint16_t* p = reinterpret_cast<uint16_t*>(shard.param);
+  for (uint64_t i = 0; i < shard.padded_numel; ++i) p[i] = static_cast<uint16_t>(0x2000 + ((i * 7) & 0x3ff));
+  return absl::OkStatus();
 }
 
 std::vector<uint16_t> GradPattern(uint64_t numel) {
@@ -271,7 +270,6 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
   int64_t t = MonotonicNanos();
   STRATA_RETURN_IF_ERROR(rank->RegisterTensors(tensors));
   r.register_s = static_cast<double>(MonotonicNanos() - t) / 1e9;
-  FillParams(*rank);
   uint64_t largest = 0;
   for (const ShardView& shard : rank->shards()) largest = std::max(largest, shard.padded_numel);
   grad_pattern_ = GradPattern(largest);
@@ -297,7 +295,8 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
     }
   } joiner{sampling, sampler};
   t = MonotonicNanos();
-  STRATA_RETURN_IF_ERROR(rank->InitParams());
+  // In the batches the daemon asks for (its window's room), as strata.torch does.
+  STRATA_RETURN_IF_ERROR(rank->InitParamsInBatches(FillParams));
   r.init_s = static_cast<double>(MonotonicNanos() - t) / 1e9;
   // The layout is the daemon's: its shards (the session's view) and, in
   // infinity mode, the NVMe staging tile and the staging it holds, as the
@@ -439,7 +438,7 @@ void OffloadBench::Report() const {
                 r.pinned_budget ? FormatBytes(allowed).c_str() : "-");
   }
   std::printf("window peak = the exchange region's resident bytes, sampled every 20 ms from the trainer's side "
-              "(mincore), from InitParams on (its protocol has the trainer write every param slot first); in steps "
+              "(mincore), from InitParams on (written in the daemon's batches); in steps "
               "= the same over the measured steps only; daemon peak RSS = VmHWM of a private daemon started for this size; allowed = budget + "
               "staging + 256 MiB\n");
   std::printf("\nload average at start %s, at end %s (1/5/15 min)\n", load_start_.c_str(), load_end_.c_str());

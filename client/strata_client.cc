@@ -64,6 +64,7 @@ struct RankSession::State {
   DType param_dtype = DType::kFp32;
   DType grad_dtype = DType::kFp32;
   uint32_t stage = 0;
+  uint64_t init_batch_bytes = 0;  // RegisterTensorsResponse: 0, no limit
   std::byte* region = nullptr;
   uint64_t region_bytes = 0;
   std::vector<ShardView> shards;
@@ -486,6 +487,7 @@ absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors,
   st.param_dtype = *pdt;
   st.grad_dtype = *gdt;
   st.stage = response.stage();
+  st.init_batch_bytes = response.init_batch_bytes();
   // Receive the exchange region's memfd and map it; with the doorbell
   // offered, also the doorbell's page and eventfd ("OK <region> <page>").
   const bool want_doorbell = st.connection->options.use_doorbell && response.doorbell_bytes() != 0;
@@ -596,11 +598,36 @@ absl::Status SessionCall(RankSession::State& st,
 
 }  // namespace
 
-absl::Status RankSession::InitParams() {
+absl::Status RankSession::InitParams(absl::Span<const uint32_t> indices) {
   strata::v1::InitParamsRequest request;
+  for (const uint32_t index : indices) request.add_shard_indices(index);
   strata::v1::InitParamsResponse response;
   return SessionCall(*state_, &strata::v1::Strata::Stub::InitParams, "InitParams", request, &response,
                      state_->connection->options.step_timeout);
+}
+
+uint64_t RankSession::init_batch_bytes() const { return state_->init_batch_bytes; }
+
+absl::Status RankSession::InitParamsInBatches(const std::function<absl::Status(ShardView&)>& write) {
+  State& st = *state_;
+  const uint64_t limit = st.init_batch_bytes;
+  const size_t param_bytes = DTypeSize(st.param_dtype);
+  std::vector<uint32_t> batch;
+  uint64_t batch_bytes = 0;
+  for (ShardView& shard : st.shards) {
+    const uint64_t bytes = shard.padded_numel * param_bytes;
+    // A batch holds at least one shard, whatever its size.
+    if (limit != 0 && !batch.empty() && batch_bytes + bytes > limit) {
+      STRATA_RETURN_IF_ERROR(InitParams(batch));
+      batch.clear();
+      batch_bytes = 0;
+    }
+    STRATA_RETURN_IF_ERROR(write(shard));
+    batch.push_back(shard.index);
+    batch_bytes += bytes;
+  }
+  // The last batch (empty only for a rank without shards: "all", none).
+  return InitParams(batch);
 }
 
 absl::Status RankSession::BeginStep(uint64_t step, absl::Span<const GroupHyperparams> groups) {

@@ -46,6 +46,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -277,8 +278,19 @@ class RankSession {
   DType grad_dtype() const;
   uint32_t stage() const;
 
-  // The trainer wrote its initial params into every shard's param slot.
-  absl::Status InitParams();
+  // The trainer wrote the initial params of `indices` (every shard when
+  // empty) into their param slots. The rank is initialized once each of its
+  // shards has been, in one call or several.
+  absl::Status InitParams(absl::Span<const uint32_t> indices = {});
+  // ZeRO-Infinity with a pinned budget: the most bytes of param slots to
+  // write before each InitParams, so the daemon's window never holds more
+  // than its budget while the model comes in (a whole 800M-param fp16 model
+  // is 1.6 GB); 0 when there is no limit.
+  uint64_t init_batch_bytes() const;
+  // Initializes every shard in batches of init_batch_bytes(): `write` fills
+  // one shard's param slot (shard.param), then each batch is sent with
+  // InitParams(indices). Stops at the first error, `write`'s or the daemon's.
+  absl::Status InitParamsInBatches(const std::function<absl::Status(ShardView&)>& write);
   // Sets step `step`'s hyperparameters per param group (groups[g] for group
   // g), before the step's first GradReady. Optional: a step without it keeps
   // the last ones set (the job's optimizer settings before any). Any rank may

@@ -83,6 +83,8 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
   if (pinned_budget_bytes_ != 0) {
     grad_room_ = std::max(budget / std::max<uint32_t>(world_size_, 1), 2 * largest_grad_slot);
     grad_keep_ = grad_room_ - largest_grad_slot;
+    // The same share of the window for InitParams' batches of params.
+    init_batch_bytes_ = std::max(budget / std::max<uint32_t>(world_size_, 1), largest_param_slot);
   }
   STRATA_ASSIGN_OR_RETURN(grad_spill_, GradSpill::Create(job_id_, nvme_, largest_grad_slot));
   largest_param_slot_ = largest_param_slot;
@@ -154,6 +156,15 @@ absl::Status InfinityPipeline::ParamsWritten(uint32_t rank, uint32_t index) {
   // keeps only what its budget allows.
   if (param_cache_ == nullptr) return absl::OkStatus();
   return param_cache_->StoreHome(rank, index);
+}
+
+absl::Status InfinityPipeline::ParamsInitialized(uint32_t rank, uint32_t index) {
+  STRATA_RETURN_IF_ERROR(ParamsWritten(rank, index));
+  // With a budget the trainer writes the model in batches of a rank's share
+  // of it (InitBatchBytes): the copies the window kept would leave no room
+  // for the next batch, so none is kept (the first forward prefetches).
+  if (param_cache_ != nullptr && init_batch_bytes_ != 0) param_cache_->Drop(rank, index);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<const std::byte*> InfinityPipeline::ParamsToSave(uint32_t rank, const ExchangeSlot& slot,

@@ -50,6 +50,8 @@ class InfinityPipeline final : public StepPipeline {
   ParamCache* params() override { return param_cache_.get(); }
 
   absl::Status ParamsWritten(uint32_t rank, uint32_t index) override;
+  absl::Status ParamsInitialized(uint32_t rank, uint32_t index) override;
+  uint64_t InitBatchBytes() const override { return init_batch_bytes_; }
   absl::StatusOr<const std::byte*> ParamsToSave(uint32_t rank, const ExchangeSlot& slot, const std::byte* in_slot,
                                                 std::optional<AlignedBuffer>& scratch) const override;
   absl::Status Acquire(uint32_t rank, const std::vector<uint32_t>& indices, absl::Time deadline) override;
@@ -96,6 +98,7 @@ class InfinityPipeline final : public StepPipeline {
   uint64_t param_budget_ = 0;
   uint64_t grad_room_ = 0;  // per rank (0: no limit; see GradWindowLocked)
   uint64_t grad_keep_ = 0;
+  uint64_t init_batch_bytes_ = 0;  // per rank (0: no limit; see InitBatchBytes)
   PinnedBudget::Reservation window_reservation_;
   ExchangeRegions* regions_ = nullptr;
   std::function<void()> rollback_;

@@ -542,7 +542,9 @@ uint64_t Job::ExchangeBytesOf(uint32_t rank) const {
   return ranks_.at(rank).exchange.size_bytes();
 }
 
-absl::Status Job::InitParams(uint32_t rank) {
+uint64_t Job::InitBatchBytes() const { return pipeline_->InitBatchBytes(); }
+
+absl::Status Job::InitParams(uint32_t rank, absl::Span<const uint32_t> indices) {
   std::vector<ExchangeSlot> slots;
   {
     absl::MutexLock lock(&mu_);
@@ -555,8 +557,27 @@ absl::Status Job::InitParams(uint32_t rank) {
     }
     slots = ranks_[rank].slots;
   }
+  // The shards to initialize: the ones named (checked: they come from the
+  // trainer), else all of them.
   std::vector<ShardId> ids;
-  for (const ExchangeSlot& slot : slots) ids.push_back(ShardId{rank, slot.layout.index});
+  if (indices.empty()) {
+    for (const ExchangeSlot& slot : slots) ids.push_back(ShardId{rank, slot.layout.index});
+  } else {
+    std::vector<bool> named(slots.size(), false);
+    for (const uint32_t index : indices) {
+      if (index >= slots.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("InitParams: shard index ", index, " is out of range: rank ",
+                                                       rank, " has ", slots.size(), " shards (0..",
+                                                       slots.size() - 1, ")"));
+      }
+      if (named[index]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("InitParams: shard index ", index, " is listed twice; name each shard once"));
+      }
+      named[index] = true;
+      ids.push_back(ShardId{rank, index});
+    }
+  }
   CpuOptimizer* opt = services_.optimizer;
   const OptimizerHyperparams& hp = settings_.optimizer;
   absl::MutexLock states_lock(&states_mu_);
@@ -574,18 +595,23 @@ absl::Status Job::InitParams(uint32_t rank) {
     spans.grad_dtype = settings_.grad_dtype;
     STRATA_RETURN_IF_ERROR(opt->InitializeState(hp, spans));
     // The pipeline takes each shard's params once read (Infinity: home to
-    // NVMe, the window keeping what its budget allows).
+    // NVMe; with a budget the slot is emptied for the trainer's next batch).
     if (tile.offset + tile.size == slot.layout.padded_numel) {
-      STRATA_RETURN_IF_ERROR(pipeline_->ParamsWritten(rank, slot.layout.index));
+      STRATA_RETURN_IF_ERROR(pipeline_->ParamsInitialized(rank, slot.layout.index));
     }
     return absl::OkStatus();
   }));
   std::string record;
   {
     absl::MutexLock lock(&mu_);
-    ranks_[rank].initialized = true;
+    RankState& r = ranks_[rank];
+    r.shard_initialized.resize(slots.size(), false);
+    for (const ShardId& id : ids) r.shard_initialized[id.index] = true;
+    r.initialized = std::find(r.shard_initialized.begin(), r.shard_initialized.end(), false) ==
+                    r.shard_initialized.end();
+    if (!r.initialized) return absl::OkStatus();
     bool all = true;
-    for (const RankState& r : ranks_) all = all && r.initialized;
+    for (const RankState& other : ranks_) all = all && other.initialized;
     if (all) PublishDoorbellsLocked();  // gradients are accepted from now on
     if (!all || !pipeline_->durable()) return absl::OkStatus();
     record = SerializeJobRecord(RecordLocked());

@@ -177,8 +177,15 @@ class Job {
   };
   absl::StatusOr<DoorbellFds> OpenDoorbell(uint32_t rank);
 
-  // The rank wrote its initial params into its param slots.
-  absl::Status InitParams(uint32_t rank);
+  // The rank wrote the initial params of `indices` (every shard of the rank
+  // when empty) into their param slots: their optimizer states are made and
+  // their params go home. The rank is initialized once each of its shards
+  // has been. InvalidArgument for an index out of range or listed twice.
+  absl::Status InitParams(uint32_t rank, absl::Span<const uint32_t> indices = {});
+  // ZeRO-Infinity with a pinned budget: the most bytes of param slots a rank
+  // should write before each InitParams (RegisterTensorsResponse), so the
+  // window stays within the budget while the model comes in; 0: no limit.
+  uint64_t InitBatchBytes() const;
   // The gradient of `index` for `step` is in the rank's grad slot. Sending the
   // same gradient again before the step runs replaces it (a restarted rank
   // redoes its step). FailedPrecondition for a step already applied or not
@@ -270,6 +277,7 @@ class Job {
   // where its shards are in the step.
   struct RankState : ExchangeWindow {
     bool initialized = false;
+    std::vector<bool> shard_initialized;  // InitParams so far, per shard
     // Inspections of this rank's gradients queued or running (each may
     // spill and then discard the slot). A re-attached rank's Register waits
     // for 0, so its new process never writes a slot a discard then zeroes.

@@ -112,6 +112,12 @@ class StepPipeline {
   // --- Params.
   // A shard's params were written into its slot (InitParams, LoadFrom).
   virtual absl::Status ParamsWritten(uint32_t rank, uint32_t index) = 0;
+  // InitParams: as ParamsWritten, for a shard the trainer wrote as part of a
+  // batch (InitBatchBytes); the next batch may need the room.
+  virtual absl::Status ParamsInitialized(uint32_t rank, uint32_t index) { return ParamsWritten(rank, index); }
+  // The most bytes of param slots a rank should write before each
+  // InitParams so the window stays within its budget (0: no limit).
+  virtual uint64_t InitBatchBytes() const { return 0; }
   // The params of `slot` to save: `in_slot`, or their home read into `scratch`.
   virtual absl::StatusOr<const std::byte*> ParamsToSave(uint32_t rank, const ExchangeSlot& slot,
                                                         const std::byte* in_slot,

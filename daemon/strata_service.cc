@@ -259,6 +259,7 @@ grpc::Status StrataService::RegisterTensors(grpc::ServerContext* context, const 
   response->set_param_dtype(std::string(DTypeName(job.settings().param_dtype)));
   response->set_grad_dtype(std::string(DTypeName(job.settings().grad_dtype)));
   response->set_stage(job.settings().stage);
+  response->set_init_batch_bytes(job.InitBatchBytes());
   if (ctx_.services.doorbells != nullptr) response->set_doorbell_bytes(doorbell::kBytes);
   return grpc::Status::OK;
 }
@@ -267,7 +268,8 @@ grpc::Status StrataService::InitParams(grpc::ServerContext* context, const strat
                                        strata::v1::InitParamsResponse*) {
   auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
-  return ToGrpcStatus(session->job->InitParams(session->rank));
+  const std::vector<uint32_t> indices(request->shard_indices().begin(), request->shard_indices().end());
+  return ToGrpcStatus(session->job->InitParams(session->rank, indices));
 }
 
 grpc::Status StrataService::GradReady(grpc::ServerContext* context, const strata::v1::GradReadyRequest* request,

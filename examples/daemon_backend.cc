@@ -166,10 +166,11 @@ ShardView& DaemonBackend::ShardByIndex(uint32_t index) {
 }
 
 absl::Status DaemonBackend::Init(absl::Span<const float> params) {
-  for (ShardView& shard : session_->shards()) {
+  // Shard by shard, in the batches the daemon's window has room for.
+  return With("InitParams", session_->InitParamsInBatches([&](ShardView& shard) {
     CopyFlatToShard(params, shard.ranges, model_.tensors(), Fp32Slot(shard.param, shard.padded_numel));
-  }
-  return With("InitParams", session_->InitParams());
+    return absl::OkStatus();
+  }));
 }
 
 absl::Status DaemonBackend::FetchLayer(int layer, absl::Span<float> params) {

@@ -4,7 +4,8 @@
 // Setup: rank 0 creates the job (mode, DeepSpeed config, fp32 params and
 // grads so the daemon's math is the local mode's), the ranks meet at a
 // barrier, then each attaches and registers the model's tensors; Init writes
-// the initial params into the rank's param slots and calls InitParams.
+// the initial params into the rank's param slots and calls InitParams, in the
+// batches the daemon asks for (InitParamsInBatches).
 //
 // Offload (ZeRO-2): params are replicated in every rank. Step writes this
 // rank's partition of the averaged gradients into the grad slots, signals

@@ -54,6 +54,9 @@ float Grad(uint64_t t, uint64_t e, int step) {
 }
 
 struct TrainRun {
+  bool batched_init = false;                    // InitParamsInBatches (else one InitParams)
+  uint64_t init_batch_bytes = 0;                // what the daemon asked for
+  uint64_t peak_in_init = 0;                    // the region while the params came in
   std::vector<std::vector<float>> params_seen;  // per step and shard, as forward read them
   uint64_t peak_after_grad = 0;                 // the region once each gradient was taken in
   uint64_t peak_in_step = 0;                    // sampled while the daemon stepped
@@ -77,13 +80,23 @@ void Train(StrataClient& client, const std::string& name, uint64_t settle_limit,
   ASSERT_TRUE(rank.RegisterTensors(Model()).ok());
   ASSERT_EQ(rank.shards().size(), kTensors);
   ASSERT_TRUE(rank.ResidentRegionBytes().ok()) << rank.ResidentRegionBytes().status();
-  for (ShardView& shard : rank.shards()) {
+  out->init_batch_bytes = rank.init_batch_bytes();
+  auto write = [&](ShardView& shard) {
     float* p = reinterpret_cast<float*>(shard.param);
     for (const OwnedRange& r : shard.ranges) {
       for (uint64_t e = 0; e < r.numel; ++e) p[r.shard_offset + e] = Initial(r.tensor.value(), r.tensor_offset + e);
     }
+    // Each slot written so far, the daemon having taken the batches before.
+    out->peak_in_init = std::max(out->peak_in_init, Resident(rank));
+    return absl::OkStatus();
+  };
+  if (out->batched_init) {
+    ASSERT_TRUE(rank.InitParamsInBatches(write).ok());
+  } else {
+    for (ShardView& shard : rank.shards()) ASSERT_TRUE(write(shard).ok());
+    ASSERT_TRUE(rank.InitParams().ok());
   }
-  ASSERT_TRUE(rank.InitParams().ok());
+  out->peak_in_init = std::max(out->peak_in_init, Resident(rank));
   for (int step = 0; step < steps; ++step) {
     // Forward: every layer's params, in order.
     for (uint32_t i = 0; i < kTensors; ++i) {
@@ -135,6 +148,7 @@ TEST(DaemonWindowTest, ABudgetBelowParamsAndGradsTrainsTheSameBitsInBoundedMemor
   ASSERT_TRUE(client->CreateJob(Spec("bounded", kBudget)).ok());
   constexpr int kSteps = 4;
   TrainRun unbounded, bounded;
+  bounded.batched_init = true;  // as strata.torch and the examples do
   Train(*client, "unbounded", UINT64_MAX, kSteps, &unbounded);
   Train(*client, "bounded", kBudget, kSteps, &bounded);
   if (HasFatalFailure()) return;
@@ -155,6 +169,16 @@ TEST(DaemonWindowTest, ABudgetBelowParamsAndGradsTrainsTheSameBitsInBoundedMemor
               static_cast<unsigned long>(bounded.peak_any));
   EXPECT_GE(unbounded.peak_any, 2 * kTensors * kSlotBytes - kSlotBytes);
   EXPECT_LE(bounded.peak_after_grad, kBudget);
+  // The params came in batches of the budget and the daemon kept none of a
+  // batch in the window when the next one came: the model (8 slots) never
+  // sat in memory at once. Without a budget there is no limit and no batches.
+  std::printf("init: batch %lu bytes, region peak %lu (unbounded %lu)\n",
+              static_cast<unsigned long>(bounded.init_batch_bytes), static_cast<unsigned long>(bounded.peak_in_init),
+              static_cast<unsigned long>(unbounded.peak_in_init));
+  EXPECT_EQ(bounded.init_batch_bytes, kBudget);
+  EXPECT_EQ(unbounded.init_batch_bytes, 0u);
+  EXPECT_LE(bounded.peak_in_init, kBudget);
+  EXPECT_GE(unbounded.peak_in_init, kTensors * kSlotBytes);
   // The trainer's own write of a gradient comes on top until the daemon takes
   // it in, and so does a param its Acquire read when the gradients in their
   // slots left no room (a demand read goes over budget rather than stall):
@@ -186,6 +210,49 @@ TEST(DaemonWindowTest, ABudgetBelowParamsAndGradsTrainsTheSameBitsInBoundedMemor
     EXPECT_EQ(job.nvme_tile_bytes, kSlotBytes) << job.name;
     EXPECT_EQ(job.nvme_staging_bytes, 3 * 3 * kSlotBytes) << job.name;
   }
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+// InitParams with a shard list comes from the trainer: an index out of range
+// or named twice is refused, naming it, before anything is initialized; the
+// rank takes gradients only once every shard has been initialized, whatever
+// the batches.
+TEST(DaemonWindowTest, InitParamsInBatchesChecksTheListAndCountsEveryShard) {
+  DaemonProcess daemon(MakeTestDir("window", "init_batches"));
+  ASSERT_TRUE(daemon.Start());
+  auto client = daemon.Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->CreateJob(Spec("batches", kBudget)).ok());
+  auto session = client->Attach("batches", 0);
+  ASSERT_TRUE(session.ok()) << session.status();
+  RankSession& rank = **session;
+  ASSERT_TRUE(rank.RegisterTensors(Model()).ok());
+  for (ShardView& shard : rank.shards()) {
+    float* p = reinterpret_cast<float*>(shard.param);
+    for (uint64_t e = 0; e < shard.padded_numel; ++e) p[e] = Initial(shard.index, e);
+  }
+  absl::Status out_of_range = rank.InitParams({0, kTensors});
+  EXPECT_EQ(out_of_range.code(), absl::StatusCode::kInvalidArgument) << out_of_range;
+  EXPECT_NE(out_of_range.message().find(absl::StrCat("shard index ", kTensors, " is out of range")), std::string::npos)
+      << out_of_range;
+  absl::Status huge = rank.InitParams({UINT32_MAX});
+  EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument) << huge;
+  absl::Status twice = rank.InitParams({1, 2, 1});
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument) << twice;
+  EXPECT_NE(twice.message().find("listed twice"), std::string::npos) << twice;
+  // Refused lists initialized nothing: with half the shards in, the rank is
+  // not initialized yet (no Acquire, no gradients).
+  ASSERT_TRUE(rank.InitParams({0, 1, 2, 3}).ok());
+  absl::Status early = rank.Acquire({0});
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
+  // A shard sent again before any step is initialized again (same bits).
+  ASSERT_TRUE(rank.InitParams({3, 4, 5}).ok());
+  EXPECT_EQ(rank.Acquire({0}).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(rank.InitParams({7, 6}).ok());
+  ASSERT_TRUE(rank.Acquire({0}).ok());
+  const float* p = reinterpret_cast<const float*>(rank.shards()[0].param);
+  EXPECT_EQ(p[5], Initial(0, 5));
+  ASSERT_TRUE(rank.Release({0}).ok());
   EXPECT_EQ(daemon.Stop(), 0);
 }
 

@@ -172,6 +172,7 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("reattached", [](PySession& s) { return s.get().reattached(); })
       .def_property_readonly("step", [](PySession& s) { return s.get().step(); })
       .def_property_readonly("stage", [](PySession& s) { return s.get().stage(); })
+      .def_property_readonly("init_batch_bytes", [](PySession& s) { return s.get().init_batch_bytes(); })
       .def_property_readonly("param_dtype",
                              [](PySession& s) { return std::string(DTypeName(s.get().param_dtype())); })
       .def_property_readonly("grad_dtype",
@@ -232,15 +233,18 @@ PYBIND11_MODULE(_native, m) {
           "shard_offset)], grad and param (Slot, a writable byte buffer).")
       .def(
           "init_params",
-          [](PySession& s) {
+          [](PySession& s, const std::vector<uint32_t>& indices) {
             RankSession& session = s.get();
             absl::Status status;
             {
               py::gil_scoped_release release;
-              status = session.InitParams();
+              status = session.InitParams(indices);
             }
             Check(status);
-          })
+          },
+          py::arg("indices") = std::vector<uint32_t>{},
+          "The initial params of shards `indices` (every shard when empty) are in their param slots. "
+          "With init_batch_bytes set, write and send them in batches of at most that many bytes.")
       .def(
           "begin_step",
           [](PySession& s, uint64_t step, const std::vector<py::dict>& groups) {

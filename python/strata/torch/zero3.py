@@ -191,12 +191,25 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                 # Every rank starts from rank 0's params, as DDP and DeepSpeed do.
                 for p in model.parameters():
                     dist.broadcast(p.data, src=self._comm._global(0), group=self._comm.group)
+            # In batches the daemon's window has room for (init_batch_bytes,
+            # ZeRO-Infinity with a pinned budget): the whole model never sits
+            # in host memory at once.
+            limit = self._session.init_batch_bytes
+            batch, batch_bytes = [], 0
             for t, p in enumerate(self._params):
+                if self._param_slot[t] is None:
+                    continue
+                nbytes = self._param_slot[t].numel() * self._param_slot[t].element_size()
+                if limit and batch and batch_bytes + nbytes > limit:
+                    self._session.init_params(batch)
+                    batch, batch_bytes = [], 0
                 own = self._own[t]
                 if own:
                     start = rank * self._chunk[t]
                     self._param_slot[t][:own].copy_(p.detach().reshape(-1)[start:start + own])
-        self._session.init_params()
+                batch.append(t)
+                batch_bytes += nbytes
+        self._session.init_params(batch)
         self._comm.barrier()
         self._gathered = [True] * len(self._params)
         for t in range(len(self._params)):
