@@ -607,8 +607,10 @@ absl::Status Job::InitParams(uint32_t rank, absl::Span<const uint32_t> indices) 
     RankState& r = ranks_[rank];
     r.shard_initialized.resize(slots.size(), false);
     for (const ShardId& id : ids) r.shard_initialized[id.index] = true;
-    r.initialized = std::find(r.shard_initialized.begin(), r.shard_initialized.end(), false) ==
-                    r.shard_initialized.end();
+    // Once initialized, a rank stays so (a shard sent again before the first
+    // step is just initialized again; a restored job has no per-shard list).
+    r.initialized = r.initialized || std::find(r.shard_initialized.begin(), r.shard_initialized.end(), false) ==
+                                         r.shard_initialized.end();
     if (!r.initialized) return absl::OkStatus();
     bool all = true;
     for (const RankState& other : ranks_) all = all && other.initialized;
