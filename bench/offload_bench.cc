@@ -215,10 +215,9 @@ absl::Status OffloadBench::Prepare() {
 absl::StatusOr<double> OffloadBench::DaemonStep(RankSession& rank, uint64_t step) {
   const int64_t start = MonotonicNanos();
   for (const ShardView& shard : rank.shards()) {
-    // As a trainer does: the gradient window (the job's pinned budget) is
-    // kept by waiting for room before each slot is written.
-    STRATA_RETURN_IF_ERROR(rank.WaitGradRoom(shard.index));
-    std::memcpy(shard.grad, grad_pattern_.data(), shard.padded_numel * 2);
+    // As a trainer does: WriteGrad waits for room in the gradient window
+    // (the job's pinned budget), then copies the fastest way into the slot.
+    STRATA_RETURN_IF_ERROR(rank.WriteGrad(shard.index, grad_pattern_.data(), shard.padded_numel * 2));
     STRATA_RETURN_IF_ERROR(rank.GradReady(shard.index, step));
   }
   STRATA_ASSIGN_OR_RETURN(StepResult result, rank.WaitStep(step));

@@ -1,7 +1,14 @@
 #include "client/slot_copy.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <cstdint>
 #include <cstring>
+
+#include "absl/strings/str_cat.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -60,6 +67,40 @@ void CopyToSlot(void* dst_void, const void* src_void, size_t bytes) {
   }
 #endif
   std::memcpy(dst, src, bytes);
+}
+
+namespace {
+
+// Whether the memfd has a page under `addr` (mincore on a shared file
+// mapping reports the file's page cache, not this process's page tables).
+bool Resident(const void* addr) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  void* start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(addr) & ~(page - 1));
+  unsigned char vec = 0;
+  // Unknown (an error): the mapping's path, which is always right.
+  if (mincore(start, 1, &vec) != 0) return true;
+  return (vec & 1) != 0;
+}
+
+}  // namespace
+
+absl::Status CopyIntoRegion(int fd, void* dst, uint64_t file_offset, const void* src, size_t bytes) {
+  if (fd < 0 || bytes < kStreamingCopyMinBytes || Resident(dst)) {
+    CopyToSlot(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  const std::byte* from = static_cast<const std::byte*>(src);
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = pwrite(fd, from + done, bytes - done, static_cast<off_t>(file_offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(absl::StrCat("writing ", bytes, " bytes into the shared region at offset ", file_offset,
+                                              ": pwrite failed: errno ", n < 0 ? errno : 0));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace strata

@@ -67,6 +67,7 @@ struct RankSession::State {
   uint64_t init_batch_bytes = 0;  // RegisterTensorsResponse: 0, no limit
   std::byte* region = nullptr;
   uint64_t region_bytes = 0;
+  UniqueFd region_fd;  // the region's memfd, kept for WriteGrad's pwrite into discarded slots
   std::vector<ShardView> shards;
   std::unique_ptr<ClientDoorbell> doorbell;  // when the daemon offered one
   // Gradient slots WaitGradRoom let this session write and GradReady has not
@@ -561,6 +562,7 @@ absl::Status RankSession::RegisterTensors(absl::Span<const TensorDesc> tensors,
   (void)madvise(base, bytes, MADV_HUGEPAGE);
   st.region = static_cast<std::byte*>(base);
   st.region_bytes = bytes;
+  st.region_fd = std::move(reply->fds[0]);
   st.shards.clear();
   for (const auto& s : response.shards()) {
     ShardView view;
@@ -730,8 +732,8 @@ absl::Status RankSession::WriteGrad(uint32_t index, const void* src, uint64_t by
                                               " do not fit shard ", index, "'s grad slot of ", slot_bytes, " bytes"));
   }
   STRATA_RETURN_IF_ERROR(WaitGradRoom(index));
-  CopyToSlot(shard.grad + offset, src, bytes);
-  return absl::OkStatus();
+  std::byte* dst = shard.grad + offset;
+  return CopyIntoRegion(st.region_fd.get(), dst, static_cast<uint64_t>(dst - st.region), src, bytes);
 }
 
 absl::StatusOr<StepResult> RankSession::WaitStep(uint64_t step) {

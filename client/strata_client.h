@@ -313,9 +313,11 @@ class RankSession {
   // timeout names the figures.
   absl::Status WaitGradRoom(uint32_t index);
   // Copies `bytes` of gradient into shard `index`'s grad slot at byte
-  // `offset` (after WaitGradRoom), with streaming stores for large copies
-  // (client/slot_copy.h: faster than memcpy for a bucket the daemon reads
-  // next). OutOfRange when the bytes do not fit the slot.
+  // `offset` (after WaitGradRoom), the fastest way there is for large copies
+  // (client/slot_copy.h): streaming stores into memory the region holds
+  // (faster than memcpy for a bucket the daemon reads next), pwrite on the
+  // region's memfd into a slot the daemon discarded (no page fault per
+  // 4 KiB). OutOfRange when the bytes do not fit the slot.
   absl::Status WriteGrad(uint32_t index, const void* src, uint64_t bytes, uint64_t offset = 0);
   // Waits until the daemon has taken every GradReady sent so far, returning
   // its refusal if it refused one. Immediate without the doorbell.

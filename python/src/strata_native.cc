@@ -286,6 +286,26 @@ PYBIND11_MODULE(_native, m) {
           "ZeRO-Infinity: waits until the rank's gradient window has room for shard `index`'s gradient; call "
           "before writing its grad slot (the window then stays within the job's pinned budget).")
       .def(
+          "write_grad",
+          [](PySession& s, uint32_t index, const py::buffer& data, uint64_t offset) {
+            RankSession& session = s.get();
+            const py::buffer_info info = data.request();
+            if (info.ndim != 1 || info.strides[0] != info.itemsize) {
+              throw py::value_error("write_grad: the gradient must be one contiguous run of bytes (a 1-D buffer)");
+            }
+            const uint64_t bytes = static_cast<uint64_t>(info.size) * static_cast<uint64_t>(info.itemsize);
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = session.WriteGrad(index, info.ptr, bytes, offset);
+            }
+            Check(status);
+          },
+          py::arg("index"), py::arg("data"), py::arg("offset") = 0,
+          "Waits for room (wait_grad_room), then copies `data` (a contiguous 1-D buffer, e.g. "
+          "tensor.view(torch.uint8).numpy()) into shard `index`'s grad slot at byte `offset`, the fastest way "
+          "there is (streaming stores, or pwrite into a slot the daemon discarded).")
+      .def(
           "grad_ready",
           [](PySession& s, uint32_t index, uint64_t step) {
             RankSession& session = s.get();

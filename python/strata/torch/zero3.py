@@ -416,9 +416,14 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             own = self._own[t]
             slot = self._grad_slot[t]
             if micro % self._gas == 1 or self._gas == 1:
-                # Infinity keeps the rank's gradients within its pinned budget: wait for room first.
-                self._session.wait_grad_room(t)
-                offload._copy(slot[:own], chunk[:own])
+                # Infinity keeps the rank's gradients within its pinned budget: write_grad waits for
+                # room first, then copies without a page fault per 4 KiB into a discarded slot.
+                src = chunk[:own]
+                if own and src.device.type == "cpu" and src.dtype == slot.dtype and src.is_contiguous():
+                    self._session.write_grad(t, src.view(torch.uint8).numpy())
+                else:
+                    self._session.wait_grad_room(t)
+                    offload._copy(slot[:own], src)
             else:
                 slot[:own].add_(chunk[:own])
             if micro % self._gas == 0:
