@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <cstdint>
@@ -73,6 +74,8 @@ namespace {
 
 // Whether the memfd has a page under `addr` (mincore on a shared file
 // mapping reports the file's page cache, not this process's page tables).
+constexpr size_t kRegionWritePiece = size_t{2} << 20;
+
 bool Resident(const void* addr) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   void* start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(addr) & ~(page - 1));
@@ -92,7 +95,10 @@ absl::Status CopyIntoRegion(int fd, void* dst, uint64_t file_offset, const void*
   const std::byte* from = static_cast<const std::byte*>(src);
   size_t done = 0;
   while (done < bytes) {
-    const ssize_t n = pwrite(fd, from + done, bytes - done, static_cast<off_t>(file_offset + done));
+    // In pieces: a shmem write holds the memfd's inode lock throughout, and
+    // the daemon's punches (the slots and params it discards) wait for it.
+    const size_t piece = std::min(bytes - done, kRegionWritePiece);
+    const ssize_t n = pwrite(fd, from + done, piece, static_cast<off_t>(file_offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       return absl::InternalError(absl::StrCat("writing ", bytes, " bytes into the shared region at offset ", file_offset,
