@@ -169,3 +169,51 @@ def test_one_process_with_an_unused_layer_and_eval(nvme_stratad, mode):
         opt.close()
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         assert p.shape == q.shape and torch.allclose(p, q, rtol=0, atol=1e-6), name
+
+
+def test_session_init_batches_and_write_grad(nvme_stratad):
+    """The session calls under Zero3AdamW, as a trainer of its own would use them: init_params in the
+    batches the daemon names (the list checked), write_grad (the bytes land; a bad index, size or buffer
+    is refused, naming it)."""
+    import json
+    import numpy
+    import strata
+    from strata import client as strata_client
+    c = strata_client.connect(nvme_stratad.socket)
+    cfg = {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"},
+                                 "offload_optimizer": {"device": "nvme"}},
+           "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}
+    numel, shards = 4096, 6
+    c.create_job("py-session-calls", 1, mode="infinity", deepspeed_config_json=json.dumps(cfg),
+                 pinned_budget_bytes=3 * 4 * numel)
+    s = c.attach("py-session-calls", 0)
+    s.register_tensors([(f"w{i}", numel, 0) for i in range(shards)])
+    assert s.init_batch_bytes == 3 * 4 * numel
+    with pytest.raises(strata.StrataError, match="out of range") as e:
+        s.init_params([0, shards])
+    assert e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(strata.StrataError, match="listed twice"):
+        s.init_params([1, 1])
+    slots = {sh["index"]: sh for sh in s.shards()}
+    batch = []
+    for i in range(shards):
+        numpy.frombuffer(slots[i]["param"], dtype=numpy.float32)[:] = i + 0.5
+        batch.append(i)
+        if len(batch) * 4 * numel == s.init_batch_bytes:
+            s.init_params(batch)
+            batch = []
+    assert not batch
+    grad = numpy.arange(numel, dtype=numpy.float32) / numel
+    for i in range(shards):
+        s.write_grad(i, grad.view(numpy.uint8))
+        assert numpy.array_equal(numpy.frombuffer(slots[i]["grad"], dtype=numpy.float32), grad)
+        s.grad_ready(i, 0)
+    assert not s.wait_step(0)["skipped"]
+    with pytest.raises(strata.StrataError, match="out of range"):
+        s.write_grad(shards, grad.view(numpy.uint8))
+    with pytest.raises(strata.StrataError, match="do not fit"):
+        s.write_grad(0, grad.view(numpy.uint8), offset=8)
+    with pytest.raises(ValueError, match="contiguous"):
+        s.write_grad(0, grad.view(numpy.uint8)[::2])
+    s.close()
+    c.delete_job("py-session-calls")
