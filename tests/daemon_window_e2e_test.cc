@@ -53,6 +53,14 @@ float Grad(uint64_t t, uint64_t e, int step) {
   return std::cos(0.01f * static_cast<float>(e) + static_cast<float>(t) + 0.5f * static_cast<float>(step)) * 0.1f;
 }
 
+// Every shard's param slot, all at once (shard i element e: Initial(i, e)).
+void WriteInitialParams(RankSession& rank) {
+  for (ShardView& shard : rank.shards()) {
+    float* p = reinterpret_cast<float*>(shard.param);
+    for (uint64_t e = 0; e < shard.padded_numel; ++e) p[e] = Initial(shard.index, e);
+  }
+}
+
 struct TrainRun {
   bool batched_init = false;                    // InitParamsInBatches (else one InitParams)
   uint64_t init_batch_bytes = 0;                // what the daemon asked for
@@ -227,10 +235,7 @@ TEST(DaemonWindowTest, InitParamsInBatchesChecksTheListAndCountsEveryShard) {
   ASSERT_TRUE(session.ok()) << session.status();
   RankSession& rank = **session;
   ASSERT_TRUE(rank.RegisterTensors(Model()).ok());
-  for (ShardView& shard : rank.shards()) {
-    float* p = reinterpret_cast<float*>(shard.param);
-    for (uint64_t e = 0; e < shard.padded_numel; ++e) p[e] = Initial(shard.index, e);
-  }
+  WriteInitialParams(rank);
   absl::Status out_of_range = rank.InitParams({0, kTensors});
   EXPECT_EQ(out_of_range.code(), absl::StatusCode::kInvalidArgument) << out_of_range;
   EXPECT_NE(out_of_range.message().find(absl::StrCat("shard index ", kTensors, " is out of range")), std::string::npos)
@@ -277,10 +282,7 @@ TEST(DaemonWindowTest, StatsBreakDownTheLastStep) {
   ASSERT_TRUE(session.ok()) << session.status();
   RankSession& rank = **session;
   ASSERT_TRUE(rank.RegisterTensors(Model()).ok());
-  for (ShardView& shard : rank.shards()) {
-    float* p = reinterpret_cast<float*>(shard.param);
-    for (uint64_t e = 0; e < shard.padded_numel; ++e) p[e] = Initial(shard.index, e);
-  }
+  WriteInitialParams(rank);
   ASSERT_TRUE(rank.InitParams().ok());
   constexpr double kEpsilon = 0.02;  // two clocks read at slightly different moments
   for (int step = 0; step < 2; ++step) {
