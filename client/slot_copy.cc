@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-
 #include <cstdint>
 #include <cstring>
 
@@ -72,10 +71,13 @@ void CopyToSlot(void* dst_void, const void* src_void, size_t bytes) {
 
 namespace {
 
-// Whether the memfd has a page under `addr` (mincore on a shared file
-// mapping reports the file's page cache, not this process's page tables).
+// pwrite's piece: a shmem write holds the memfd's inode lock throughout, and
+// the daemon's punches (the slots and params it discards) wait for it; whole
+// 20 MB slots let the window run 100-135 MiB over its budget (docs/DAEMON.md).
 constexpr size_t kRegionWritePiece = size_t{2} << 20;
 
+// Whether the memfd has a page under `addr` (mincore on a shared file
+// mapping reports the file's page cache, not this process's page tables).
 bool Resident(const void* addr) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   void* start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(addr) & ~(page - 1));
@@ -95,8 +97,6 @@ absl::Status CopyIntoRegion(int fd, void* dst, uint64_t file_offset, const void*
   const std::byte* from = static_cast<const std::byte*>(src);
   size_t done = 0;
   while (done < bytes) {
-    // In pieces: a shmem write holds the memfd's inode lock throughout, and
-    // the daemon's punches (the slots and params it discards) wait for it.
     const size_t piece = std::min(bytes - done, kRegionWritePiece);
     const ssize_t n = pwrite(fd, from + done, piece, static_cast<off_t>(file_offset + done));
     if (n < 0 && errno == EINTR) continue;

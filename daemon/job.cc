@@ -542,7 +542,10 @@ uint64_t Job::ExchangeBytesOf(uint32_t rank) const {
   return ranks_.at(rank).exchange.size_bytes();
 }
 
-uint64_t Job::InitBatchBytes() const { return pipeline_->InitBatchBytes(); }
+uint64_t Job::InitBatchBytes() const {
+  absl::MutexLock lock(&mu_);  // the window opens under it
+  return pipeline_->InitBatchBytes();
+}
 
 absl::Status Job::InitParams(uint32_t rank, absl::Span<const uint32_t> indices) {
   std::vector<ExchangeSlot> slots;
