@@ -81,10 +81,11 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
   // gradients faster than the daemon inspects and spills them waits instead
   // of growing the window past the budget; no limit when the job set none.
   if (pinned_budget_bytes_ != 0) {
-    grad_room_ = std::max(budget / std::max<uint32_t>(world_size_, 1), 2 * largest_grad_slot);
+    const uint64_t rank_share = budget / std::max<uint32_t>(world_size_, 1);
+    grad_room_ = std::max(rank_share, 2 * largest_grad_slot);
     grad_keep_ = grad_room_ - largest_grad_slot;
     // The same share of the window for InitParams' batches of params.
-    init_batch_bytes_ = std::max(budget / std::max<uint32_t>(world_size_, 1), largest_param_slot);
+    init_batch_bytes_ = std::max(rank_share, largest_param_slot);
   }
   STRATA_ASSIGN_OR_RETURN(grad_spill_, GradSpill::Create(job_id_, nvme_, largest_grad_slot));
   largest_param_slot_ = largest_param_slot;
