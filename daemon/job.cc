@@ -570,8 +570,7 @@ absl::Status Job::InitParams(uint32_t rank, absl::Span<const uint32_t> indices) 
     for (const uint32_t index : indices) {
       if (index >= slots.size()) {
         return absl::InvalidArgumentError(absl::StrCat("InitParams: shard index ", index, " is out of range: rank ",
-                                                       rank, " has ", slots.size(), " shards (0..",
-                                                       slots.size() - 1, ")"));
+                                                       rank, " has ", slots.size(), " shards"));
       }
       if (named[index]) {
         return absl::InvalidArgumentError(
