@@ -397,6 +397,46 @@ std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) {
   return hwy::TargetName(info.param);
 }
 
+// The daemon's ZeRO-Infinity job steps a shard while other gradients are
+// still coming in and writes its new 16-bit params over the gradient
+// (daemon/infinity_pipeline.h): param_out == grad, elements of one size.
+// Every element's gradient is read before its param is written, on every
+// target, at every tail, with threads cutting the span into tiles.
+TEST_P(KernelTargetTest, ParamOutOverTheGradientMatchesSeparateBuffers) {
+  std::mt19937 rng(307);
+  std::vector<std::unique_ptr<CpuOptimizer>> optimizers;
+  for (int threads : {1, 3}) {
+    auto opt = CpuOptimizer::Create(Options(threads, threads == 1 ? 32768 : 64));
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    optimizers.push_back(std::move(*opt));
+  }
+  int checked = 0;
+  for (const Case& c : AllCases()) {
+    if (!c.out_dtype || DTypeSize(c.grad_dtype) != DTypeSize(*c.out_dtype)) continue;
+    for (const auto& opt : optimizers) {
+      for (size_t n : {size_t{1}, size_t{17}, size_t{67}, size_t{1001}}) {
+        SCOPED_TRACE(testing::Message() << OptimizerKindName(c.config.kind) << " n=" << n << " grad="
+                                        << DTypeName(c.grad_dtype) << " out=" << DTypeName(*c.out_dtype));
+        Buffers ours = MakeBuffers(n, 3, c.grad_dtype, /*edges=*/false, rng);
+        Buffers ref = ours;
+        StepSpans in_place = SpansOf(ours, c.config, n, 3, c.grad_dtype, c.out_dtype);
+        in_place.param_out = const_cast<void*>(in_place.grad);
+        ASSERT_TRUE(opt->Step(c.config, 2, in_place, c.grad_scale).ok());
+        ASSERT_TRUE(opt->Step(c.config, 2, SpansOf(ref, c.config, n, 3, c.grad_dtype, c.out_dtype), c.grad_scale)
+                        .ok());
+        ASSERT_EQ(std::memcmp(ours.params.data(), ref.params.data(), 4 * (n + 3)), 0);
+        ASSERT_EQ(std::memcmp(ours.exp_avg.data(), ref.exp_avg.data(), 4 * (n + 3)), 0);
+        ASSERT_EQ(std::memcmp(ours.exp_avg_sq.data(), ref.exp_avg_sq.data(), 4 * (n + 3)), 0);
+        ASSERT_EQ(std::memcmp(ours.max_sq.data(), ref.max_sq.data(), 4 * (n + 3)), 0);
+        // The gradient's bytes are now the params, as the separate output got them.
+        ASSERT_EQ(std::memcmp(ours.grad.data() + 3 * 2, ref.out.data() + 3, 2 * n), 0);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTargets, KernelTargetTest,
                          ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
                          TargetParamName);

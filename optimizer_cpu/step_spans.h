@@ -4,7 +4,11 @@
 //
 // The spans are borrowed: the caller owns the memory and keeps it valid for
 // the duration of the call. Any alignment is accepted; the spans of one step
-// must not overlap (the gradient and param_out included).
+// must not overlap, with one exception: param_out may be the gradient itself
+// (the same address, elements of the same size) -- each element's gradient
+// is read before its param is written, so the new params replace the
+// gradient in place (the daemon's early ZeRO-Infinity steps rely on it;
+// kernels_test checks every target).
 #ifndef STRATA_OPTIMIZER_CPU_STEP_SPANS_H_
 #define STRATA_OPTIMIZER_CPU_STEP_SPANS_H_
 
