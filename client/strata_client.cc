@@ -152,7 +152,7 @@ absl::StatusOr<std::vector<JobSummary>> StrataClient::ListJobs() {
   std::vector<JobSummary> out;
   for (const auto& j : response.jobs()) {
     out.push_back(JobSummary{j.job_id(), j.name(), j.world_size(), j.attached_ranks(), j.step(), j.loss_scale(),
-                             j.nvme_tile_bytes(), j.nvme_staging_bytes()});
+                             j.nvme_tile_bytes(), j.nvme_staging_bytes(), j.shards_stepped_early()});
   }
   return out;
 }
@@ -271,6 +271,7 @@ StepBreakdown FromProto(const strata::v1::StepTimes& p) {
   b.params_home_s = p.params_home_s();
   b.end_s = p.end_s();
   b.commit_s = p.commit_s();
+  b.shards_early = p.shards_early();
   return b;
 }
 
@@ -315,9 +316,10 @@ absl::StatusOr<std::string> StrataClient::StatsText() {
       absl::StrAppendFormat(&out,
                             "    last step %.2f s: gradients in %.2f s, stream %.2f s (waiting for NVMe loads %.2f s, "
                             "saves %.2f s, optimizer %.2f s, gradients back %.2f s, params home %.2f s), end %.2f s, "
-                            "commit %.3f s\n",
+                            "commit %.3f s; %llu shards stepped early, while gradients came in\n",
                             b.total_s(), b.gradients_in_s, b.stream_s, b.load_wait_s, b.save_wait_s, b.optimizer_s,
-                            b.grads_back_s, b.params_home_s, b.end_s, b.commit_s);
+                            b.grads_back_s, b.params_home_s, b.end_s, b.commit_s,
+                            static_cast<unsigned long long>(b.shards_early));
     }
     // One row per tier: pinned (the window) and device (the job's arena)
     // show what the job holds of its budget there and its acquires into it.

@@ -113,6 +113,9 @@ struct JobSummary {
   // states and the pinned staging it holds (JobInfo).
   uint64_t nvme_tile_bytes = 0;
   uint64_t nvme_staging_bytes = 0;
+  // Shards the daemon stepped while their step's gradients were still coming
+  // in, over the job's life (JobInfo).
+  uint64_t shards_stepped_early = 0;
 };
 
 struct TensorDesc {
@@ -197,6 +200,7 @@ struct StepBreakdown {
   double params_home_s = 0;   // new params written home
   double end_s = 0;           // the pipeline's end of step
   double commit_s = 0;        // the step made durable
+  uint64_t shards_early = 0;  // shards stepped while gradients came in (not in stream_s)
   // gradients in + stream + end + commit: the daemon's share of the step.
   double total_s() const { return gradients_in_s + stream_s + end_s + commit_s; }
 };

@@ -82,6 +82,7 @@ strata::v1::StepTimes StepTimesProto(const StepTimes& t) {
   p.set_params_home_s(t.params_home_s);
   p.set_end_s(t.end_s);
   p.set_commit_s(t.commit_s);
+  p.set_shards_early(t.shards_early);
   return p;
 }
 

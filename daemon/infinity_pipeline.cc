@@ -8,18 +8,20 @@
 #include "core/status_macros.h"
 #include "daemon/job.h"
 #include "daemon/nvme_shard_state_store.h"
+#include "swap/checksum.h"
 #include "swap/extent_store.h"
 
 namespace strata {
 
 InfinityPipeline::InfinityPipeline(uint64_t job_id, std::string job_name, uint32_t world_size, SlotDTypes dtypes,
                                    uint64_t pinned_budget_bytes, ExtentStore* nvme, PinnedBudget* pinned,
-                                   ParamStore* params)
+                                   ParamStore* params, bool early_apply)
     : job_id_(job_id),
       job_name_(std::move(job_name)),
       world_size_(world_size),
       dtypes_(dtypes),
       pinned_budget_bytes_(pinned_budget_bytes),
+      early_apply_(early_apply),
       nvme_(nvme),
       pinned_(pinned),
       params_store_(params) {}
@@ -260,6 +262,68 @@ GradWindow InfinityPipeline::GradWindowLocked(absl::Mutex& /*job_mu*/, uint32_t 
   return w;
 }
 
+std::optional<StepHooks> InfinityPipeline::EarlyStepLocked(absl::Mutex& job_mu, uint32_t rank,
+                                                           uint32_t index, const ExchangeSlot& slot) {
+  if (!early_apply_ || param_cache_ == nullptr || grad_at_[rank][index] != kInSlot) return std::nullopt;
+  // The new params go over the gradient, element by element as it is read
+  // (the kernels allow that exactly: the same place, elements of one size).
+  if (dtypes_.ParamSlotBytes(slot) != dtypes_.GradSlotBytes(slot)) return std::nullopt;
+  // From here on the slot is not a gradient: no spill, no re-send (the
+  // barrier takes a shard stepped early as done).
+  grad_at_[rank][index] = kStepped;
+  StepHooks hooks;
+  hooks.param_target = [this, rank, slot](const ShardId&) { return regions_->GradSlot(rank, slot); };
+  hooks.shard_done = [this, &job_mu, rank, index, slot](const ShardId&) {
+    const uint64_t sum =
+        ComputeChecksum(ChecksumKind::kXxh3, 0, regions_->GradSlot(rank, slot), dtypes_.ParamSlotBytes(slot));
+    absl::MutexLock lock(&job_mu);
+    stepped_sums_[{rank, index}] = sum;
+    return absl::OkStatus();
+  };
+  return hooks;
+}
+
+absl::Status InfinityPipeline::StoreSteppedParams(absl::Mutex& job_mu) {
+  std::vector<std::pair<uint32_t, uint32_t>> stepped;
+  {
+    absl::MutexLock lock(&job_mu);
+    for (uint32_t rank = 0; rank < grad_at_.size(); ++rank) {
+      for (uint32_t i = 0; i < grad_at_[rank].size(); ++i) {
+        if (grad_at_[rank][i] == kStepped) stepped.emplace_back(rank, i);
+      }
+    }
+  }
+  for (const auto& [rank, index] : stepped) {
+    const ExchangeSlot& slot = (*step_slots_)[rank][index];
+    const uint64_t bytes = dtypes_.ParamSlotBytes(slot);
+    std::optional<uint64_t> expected;
+    {
+      absl::MutexLock lock(&job_mu);
+      if (auto it = stepped_sums_.find({rank, index}); it != stepped_sums_.end()) expected = it->second;
+    }
+    if (!expected.has_value() ||
+        ComputeChecksum(ChecksumKind::kXxh3, 0, regions_->GradSlot(rank, slot), bytes) != *expected) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", rank, " wrote the gradient slot of shard ", index, " after its GradReady, when the daemon had "
+          "stepped the shard early and its new params were waiting there; write a gradient slot only before its "
+          "GradReady (a gradient sent again after the shard was stepped is not taken)"));
+    }
+    STRATA_RETURN_IF_ERROR(
+        param_cache_->StoreHomeFrom(rank, index, absl::MakeConstSpan(regions_->GradSlot(rank, slot), bytes)));
+    regions_->DiscardGradSlot(rank, slot);
+    uint64_t reserved;
+    {
+      absl::MutexLock lock(&job_mu);
+      grad_at_[rank][index] = kNowhere;
+      grad_resident_bytes_ -= dtypes_.GradSlotBytes(slot);
+      grad_held_[rank] -= dtypes_.GradSlotBytes(slot);
+      reserved = grad_resident_bytes_;
+    }
+    param_cache_->SetReserved(reserved);
+  }
+  return absl::OkStatus();
+}
+
 StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
                                       const std::vector<std::vector<ExchangeSlot>>& slots) {
   param_cache_->BeginUpdate();
@@ -288,6 +352,7 @@ StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<Sha
   }
   grad_spill_->BeginReadback(std::move(spilled));
   StepHooks hooks;
+  hooks.before_shards = [this, &job_mu] { return StoreSteppedParams(job_mu); };
   hooks.grad_source = [this](const ShardId& id) -> absl::StatusOr<const std::byte*> {
     if (step_grad_at_[id.rank][id.index] == kSpilled) return grad_spill_->Next(id);
     return regions_->GradSlot(id.rank, (*step_slots_)[id.rank][id.index]);
@@ -338,12 +403,13 @@ void InfinityPipeline::ClearGradsAfterStep(absl::Mutex& job_mu) {
     for (uint32_t rank = 0; rank < grad_at_.size(); ++rank) {
       std::vector<GradAt>& at = grad_at_[rank];
       for (uint32_t i = 0; i < at.size(); ++i) {
-        if (at[i] == kInSlot) in_slot.emplace_back(rank, i);
+        if (at[i] == kInSlot || at[i] == kStepped) in_slot.emplace_back(rank, i);
         at[i] = kNowhere;
       }
     }
     grad_resident_bytes_ = 0;
     std::fill(grad_held_.begin(), grad_held_.end(), 0);
+    stepped_sums_.clear();
     grad_bytes_read_back_ = grad_spill_->read_back_bytes();
   }
   // The step consumed them; the next step's gradients are written anew.

@@ -4,12 +4,17 @@
 // step. Each rank's region is a window within the job's pinned budget: a
 // ParamCache keeps the params the trainers acquire, and a gradient that does
 // not fit is written to NVMe (GradSpill) once inspected and read back, in
-// step order, when the step needs it.
+// step order, when the step needs it. Without clipping, a shard whose
+// gradient is inspected while others are still coming in is stepped then
+// (EarlyStepLocked): its new params wait in its gradient slot and go home
+// when the step starts.
 #ifndef STRATA_DAEMON_INFINITY_PIPELINE_H_
 #define STRATA_DAEMON_INFINITY_PIPELINE_H_
 
 #include <string>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "daemon/grad_spill.h"
 #include "daemon/param_cache.h"
 #include "daemon/pinned_budget.h"
@@ -26,11 +31,11 @@ class InfinityPipeline final : public StepPipeline {
   // daemon's param store (null: the job's ParamCache keeps one of its own).
   InfinityPipeline(uint64_t job_id, std::string job_name, uint32_t world_size, SlotDTypes dtypes,
                    uint64_t pinned_budget_bytes, ExtentStore* nvme, PinnedBudget* pinned,
-                   ParamStore* params = nullptr);
+                   ParamStore* params = nullptr, bool early_apply = false);
   ~InfinityPipeline() override;
 
   bool durable() const override { return true; }
-  bool early_apply() const override { return false; }
+  bool early_apply() const override { return early_apply_; }
   bool windowed() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<ShardStateStore>> MakeStates(const StateLayout& layout,
@@ -72,14 +77,26 @@ class InfinityPipeline final : public StepPipeline {
   // that waits for room (RankSession::WaitGradRoom) always gets it.
   GradWindow GradWindowLocked(absl::Mutex& job_mu, uint32_t rank) const override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
+  // A gradient still in its slot is stepped now, its new params written over
+  // it (the slot's memory is already counted; no param slot, home or cached
+  // copy is touched until the step starts, so a trainer still acquiring
+  // params for backward, the prefetcher and an overflow's rollback find them
+  // as they were). A spilled gradient waits for the step.
+  std::optional<StepHooks> EarlyStepLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index,
+                                                   const ExchangeSlot& slot) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
   StepHooks BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
                       const std::vector<std::vector<ExchangeSlot>>& slots) override ABSL_LOCKS_EXCLUDED(job_mu);
   void EndStep(absl::Mutex& job_mu) override ABSL_LOCKS_EXCLUDED(job_mu);
   void SkipStep(absl::Mutex& job_mu) override ABSL_LOCKS_EXCLUDED(job_mu);
 
  private:
-  // Where a shard's gradient of the open step is.
-  enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled };
+  // Where a shard's gradient of the open step is (kStepped: the shard was
+  // stepped early and its slot holds the new params).
+  enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled, kStepped };
+  // Step start: the new params of the shards stepped early go home from
+  // their gradient slots, which are then freed.
+  absl::Status StoreSteppedParams(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu);
   // After the step: every gradient slot's memory back, the spilled copies
   // deleted (before the commit, so none becomes durable).
   void ClearGradsAfterStep(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu);
@@ -89,6 +106,7 @@ class InfinityPipeline final : public StepPipeline {
   const uint32_t world_size_;
   const SlotDTypes dtypes_;
   const uint64_t pinned_budget_bytes_;  // the job's setting (0: everything may stay up)
+  const bool early_apply_;
   ExtentStore* const nvme_;
   PinnedBudget* const pinned_;
   ParamStore* const params_store_;
@@ -112,6 +130,11 @@ class InfinityPipeline final : public StepPipeline {
 
   // Guarded by the job's lock (the job_mu the ...Locked methods take).
   std::vector<std::vector<GradAt>> grad_at_;  // per rank and shard
+  // A kStepped slot's checksum once its new params were written: the slot is
+  // the trainer's memory, and a trainer that writes it again (re-sending the
+  // gradient, which the barrier takes as a duplicate) must not have its
+  // gradient stored home as params.
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t> stepped_sums_;
   // GradReady signals per shard (any step): a spill that finds the count
   // changed leaves the slot alone -- it holds a re-sent gradient.
   std::vector<std::vector<uint64_t>> grad_signals_;

@@ -645,7 +645,9 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     grads_in_start_ = absl::Now();  // the open step's first gradient
     // The step's state loads need no gradient: the first tiles come in
     // while the rest of the gradients do.
-    if (pipeline_->durable()) queue_.push_back(WorkItem{WorkItem::kPreload, 0, 0});
+    // (Not where shards are stepped early: those come first, in the order
+    // their gradients do.)
+    if (pipeline_->durable() && !pipeline_->early_apply()) queue_.push_back(WorkItem{WorkItem::kPreload, 0, 0});
   }
   pipeline_->GradArrivedLocked(mu_, rank, index, r.slots[index]);
   PublishGradWindowLocked(rank);
@@ -787,9 +789,18 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
     return;
   }
   if (!pipeline_->early_apply() || barrier_.applied(rank, index)) return;
-  // Nothing global decides this shard's update (no loss scaling, no
-  // clipping): step it now, while the trainers are still in backward.
+  // A durable job's states stream from NVMe: once every gradient is in, the
+  // step's one pass over the rest is faster than a pass per shard.
+  if (pipeline_->durable() && barrier_.complete()) return;
+  // Clipping is off, so nothing global decides this shard's update but an
+  // overflow, which skips the whole step (loss scaling): step it now, while
+  // the trainers are still in backward, and (durable jobs) roll it back if
+  // the step is skipped (RunStep). The gradient scale cannot change before
+  // the step ends.
+  std::optional<StepHooks> hooks = pipeline_->EarlyStepLocked(mu_, rank, index, slot);
+  if (!hooks.has_value()) return;
   const int64_t optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
+  const float grad_scale = static_cast<float>(1.0 / scaler_.scale());
   std::vector<std::vector<ExchangeSlot>> slots;
   for (const RankState& r : ranks_) slots.push_back(r.slots);
   const std::vector<OptimizerHyperparams> hp = HyperparamsLocked();
@@ -798,15 +809,26 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   absl::Status status;
   {
     absl::MutexLock states_lock(&states_mu_);
-    status = ApplyShards({ShardId{rank, index}}, slots, optimizer_step, 1.0f, hp);
+    status = ApplyShards({ShardId{rank, index}}, slots, optimizer_step, grad_scale, hp, *hooks);
   }
+  if (!status.ok() && pipeline_->durable()) RollbackUncommitted();
   mu_.Lock();
   if (!status.ok()) {
-    worker_error_ = absl::Status(status.code(), absl::StrCat("optimizer step of job '", settings_.name,
-                                                             "' failed: ", status.message()));
+    const bool nvme = pipeline_->durable();
+    worker_error_ = absl::Status(
+        status.code(),
+        absl::StrCat("optimizer step of job '", settings_.name, "' failed: ", status.message(),
+                     nvme ? absl::StrCat("; nothing of step ", barrier_.next_step(), " was committed. Attach its "
+                                         "ranks again (Attach, RegisterTensors, no InitParams) and resend step ",
+                                         barrier_.next_step(), "'s gradients")
+                          : std::string()));
+    reload_needed_ = nvme;
     changed_.SignalAll();
     PublishDoorbellsLocked();
+    return;
   }
+  ++counters_.shards_stepped_early;
+  ++open_step_shards_early_;
 }
 
 void Job::RollbackUncommitted() {
@@ -930,6 +952,8 @@ void Job::RunStep() {
     // nothing of it may be applied or committed; the job is reloaded.
     if (reload_needed_) return;
     if (grads_in_start_.has_value()) times.gradients_in_s = absl::ToDoubleSeconds(start - *grads_in_start_);
+    times.shards_early = open_step_shards_early_;
+    open_step_shards_early_ = 0;
     StepStats stats = barrier_.LocalStats();
     if (settings_.external_step_agreement) stats = barrier_.CommittedOpenStep();
     overflow = stats.overflow;
@@ -959,6 +983,11 @@ void Job::RunStep() {
     }
     absl::MutexLock states_lock(&states_mu_);
     StepHooks hooks = pipeline_->BeginStep(mu_, ids, slots);
+    if (hooks.before_shards) {
+      const absl::Time t0 = absl::Now();
+      status = hooks.before_shards();
+      times.params_home_s += absl::ToDoubleSeconds(absl::Now() - t0);
+    }
     if (hooks.shard_done) {
       // A stepped shard frees its gradient slot: the trainer may be waiting for that room.
       hooks.shard_done = [this, done = std::move(hooks.shard_done)](const ShardId& id) {
@@ -968,7 +997,7 @@ void Job::RunStep() {
         return s;
       };
     }
-    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks, &times);
+    if (status.ok()) status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks, &times);
     // Before the commit: no spilled copy may become durable.
     const absl::Time end_start = absl::Now();
     pipeline_->EndStep(mu_);
@@ -991,6 +1020,10 @@ void Job::RunStep() {
       times.commit_s = absl::ToDoubleSeconds(absl::Now() - commit_start);
     }
   } else {
+    // Shards stepped early were speculation on this step not overflowing:
+    // their states (written to NVMe, not committed) go back to the last
+    // commit; their new params never left their gradient slots.
+    if (times.shards_early > 0 && pipeline_->durable()) RollbackUncommitted();
     pipeline_->SkipStep(mu_);  // a skipped step's gradients are not needed either
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);

@@ -73,6 +73,9 @@ struct StepTimes {
   double params_home_s = 0;  // the pipeline's shard_done (new params written home)
   double end_s = 0;          // the pipeline's EndStep (its writes drained)
   double commit_s = 0;       // CommitWithRecord (Infinity: the step made durable)
+  // Shards stepped while gradients were still coming in (Job::Inspect's
+  // early path); the step's pass did the rest.
+  uint64_t shards_early = 0;
 };
 
 struct JobCounters {
@@ -84,6 +87,9 @@ struct JobCounters {
   StepTimes last_step;  // all zero until a step finished (applied; a skipped step keeps the last)
   uint64_t grad_bytes_spilled = 0;    // Infinity: gradients written to NVMe (window full)
   uint64_t grad_bytes_read_back = 0;
+  // Shards stepped early (before their step's last gradient), over the
+  // job's life, a skipped step's included.
+  uint64_t shards_stepped_early = 0;
   // The job's share of the pinned tier: what it reserved of the daemon's
   // pinned_capacity (regions or window budget, host states, NVMe staging).
   uint64_t pinned_reserved_bytes = 0;
@@ -412,6 +418,7 @@ class Job {
   // When the open step's first gradient was accepted (the start of its
   // gradients-in phase); reset when the step ends.
   std::optional<absl::Time> grads_in_start_ ABSL_GUARDED_BY(mu_);
+  uint64_t open_step_shards_early_ ABSL_GUARDED_BY(mu_) = 0;  // the open step's, so far
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
   // (rank, index) with an inspection queued and not yet started: a re-sent
   // gradient needs no second one (the queued one reads the new contents), so

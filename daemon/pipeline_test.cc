@@ -102,6 +102,30 @@ class InfinityPipelineTest : public ::testing::Test {
   std::unique_ptr<ThreadPoolExecutor> workers_;
 };
 
+// ZeRO-Infinity steps shards early unless clipping needs every norm first,
+// or the new params could not wait over the gradient (elements of two sizes).
+TEST_F(InfinityPipelineTest, ClippingOrMixedElementSizesKeepEveryShardForTheStep) {
+  JobSettings settings;
+  settings.mode = JobMode::kInfinity;
+  settings.param_dtype = DType::kFp16;
+  settings.grad_dtype = DType::kFp16;
+  settings.loss_scale.enabled = true;  // speculative: an overflow rolls the early shards back
+  JobServices services;
+  services.nvme = store_;
+  auto early = MakeStepPipeline(1, settings, services);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_TRUE((*early)->early_apply());
+  settings.gradient_clipping = 1.0;
+  auto clipped = MakeStepPipeline(1, settings, services);
+  ASSERT_TRUE(clipped.ok());
+  EXPECT_FALSE((*clipped)->early_apply());
+  settings.gradient_clipping = 0;
+  settings.grad_dtype = DType::kFp32;
+  auto mixed = MakeStepPipeline(1, settings, services);
+  ASSERT_TRUE(mixed.ok());
+  EXPECT_FALSE((*mixed)->early_apply());
+}
+
 TEST_F(InfinityPipelineTest, AGradientOverTheBudgetIsSpilledAndComesBackBitForBit) {
   constexpr uint32_t kShards = 4;
   const SlotDTypes dtypes{DType::kFp16, DType::kFp16};

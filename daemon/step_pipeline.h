@@ -48,6 +48,9 @@ struct StepHooks {
   std::function<absl::StatusOr<const std::byte*>(const ShardId&)> grad_source;
   std::function<std::byte*(const ShardId&)> param_target;
   std::function<absl::Status(const ShardId&)> shard_done;
+  // Before the first shard (empty: nothing): the pipeline finishes what the
+  // shards stepped early left to the step (Infinity: their params go home).
+  std::function<absl::Status()> before_shards;
 };
 
 // A rank's gradient window (core/doorbell_layout.h, grad_room_bytes): the
@@ -67,8 +70,11 @@ class StepPipeline {
   // The job's states and record are durable on NVMe: a step commits with
   // the record, a failed one rolls back, the job survives a restart.
   virtual bool durable() const = 0;
-  // Each shard is stepped as soon as its gradient is in (ZeRO-Offload
-  // without loss scaling or clipping); else a step waits for every rank.
+  // Shards may be stepped as soon as their gradients are in, before the rest
+  // of the step (EarlyStepLocked says which); else a step waits for every
+  // rank. ZeRO-Offload: without loss scaling or clipping. ZeRO-Infinity:
+  // without clipping -- with loss scaling the early updates are speculative
+  // (uncommitted NVMe writes; an overflow rolls them back, see Job::RunStep).
   virtual bool early_apply() const = 0;
   // The regions are windows (memory only for the slots in use; gradients may
   // be spilled, and a spill ends by discarding the slot), not populated.
@@ -139,6 +145,12 @@ class StepPipeline {
   // doorbell after every call above and every shard stepped. No limit (the
   // default) where the region holds every slot.
   virtual GradWindow GradWindowLocked(absl::Mutex& job_mu, uint32_t rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
+  // The gradient of (rank, index) was inspected and early_apply() holds: the
+  // hooks to step this shard with now, or nullopt to leave it to the step.
+  // Default: now, from and into its slots.
+  virtual std::optional<StepHooks> EarlyStepLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index,
+                                                   const ExchangeSlot& slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
 
   // --- The optimizer step (the job's states lock held, its main lock not).

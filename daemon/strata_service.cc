@@ -110,6 +110,7 @@ void StrataService::FillJobInfo(const Job& job, strata::v1::JobInfo* info) const
   info->set_nvme_staging_bytes(staging.bytes);
   info->set_loss_scale(job.loss_scale());
   info->set_skipped_steps(job.counters().steps_skipped);
+  info->set_shards_stepped_early(job.counters().shards_stepped_early);
 }
 
 grpc::Status StrataService::GetStatus(grpc::ServerContext* context, const strata::v1::GetStatusRequest*,
