@@ -77,7 +77,10 @@ class InfinityPipeline final : public StepPipeline {
   // that waits for room (RankSession::WaitGradRoom) always gets it.
   GradWindow GradWindowLocked(absl::Mutex& job_mu, uint32_t rank) const override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
-  // A gradient still in its slot is stepped now, its new params written over
+  // A shard of at least this many state tiles may be stepped early.
+  static constexpr uint64_t kMinTilesToStepEarly = 3;
+  // A gradient still in its slot (of a shard of kMinTilesToStepEarly tiles
+  // or more) is stepped now, its new params written over
   // it (the slot's memory is already counted; no param slot, home or cached
   // copy is touched until the step starts, so a trainer still acquiring
   // params for backward, the prefetcher and an overflow's rollback find them
@@ -127,6 +130,7 @@ class InfinityPipeline final : public StepPipeline {
   // into the window slot only when the cache keeps them (StoreHomeFrom).
   AlignedBuffer param_staging_;
   uint64_t largest_param_slot_ = 0;
+  uint64_t tile_elements_ = 0;  // of the state store (MakeStates; 0: not made)
 
   // Guarded by the job's lock (the job_mu the ...Locked methods take).
   std::vector<std::vector<GradAt>> grad_at_;  // per rank and shard

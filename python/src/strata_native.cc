@@ -105,6 +105,7 @@ py::dict Summary(const JobSummary& j) {
   d["attached_ranks"] = j.attached_ranks;
   d["step"] = j.step;
   d["loss_scale"] = j.loss_scale;
+  d["shards_stepped_early"] = j.shards_stepped_early;
   return d;
 }
 

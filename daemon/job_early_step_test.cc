@@ -1,0 +1,248 @@
+// ZeRO-Infinity steps a shard of several state tiles as soon as its gradient
+// is inspected, while the trainer is still sending the others (no
+// clipping). Under fp16 loss scaling that is speculation on the step not
+// overflowing: an overflow in a gradient sent after some shards were stepped
+// skips the step, and the job rolls their states back, so it trains the same
+// bits as a job whose step waits for every gradient.
+//
+// The reference job has clipping with a bound no norm reaches: it waits for
+// every gradient (the clip coefficient needs them all), and its coefficient
+// is exactly 1, so its updates are the same arithmetic. The jobs run in
+// process over a scratch extent store with 4 KiB state tiles, so a shard of
+// 4096 elements streams as four tiles (the daemon's tiles are 64 MiB).
+#include <sys/mman.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/job.h"
+#include "daemon/job_proto.h"
+#include "daemon/job_settings.h"
+#include "daemon/param_store.h"
+#include "gtest/gtest.h"
+#include "optimizer_cpu/cpu_optimizer.h"
+#include "optimizer_cpu/half.h"
+#include "swap/testing/scratch_extent_store.h"
+#include "tiers/transfer_executor.h"
+
+namespace strata {
+namespace {
+
+constexpr uint32_t kShards = 4;
+constexpr uint64_t kNumel = 4096;  // per shard: 4 tiles of 1024 fp32 state elements
+constexpr int kSteps = 4;
+constexpr int kOverflowStep = 1;  // its last gradient (shard 0) holds an inf
+const absl::Duration kWait = absl::Seconds(30);
+
+JobSettings Settings(const std::string& name, const std::string& clipping) {
+  strata::v1::CreateJobRequest r;
+  r.set_name(name);
+  r.set_world_size(1);
+  r.set_mode(strata::v1::MODE_INFINITY);
+  r.set_param_dtype("fp16");
+  r.set_grad_dtype("fp16");
+  r.set_pinned_budget_bytes(1 << 20);
+  r.set_deepspeed_config_json(absl::StrCat(
+      R"({"gradient_clipping": )", clipping,
+      R"(, "zero_optimization": {"stage": 3}, "fp16": {"enabled": true, "initial_scale_power": 4},
+          "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})"));
+  auto s = ResolveJobSettings(r);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+float Initial(uint64_t t, uint64_t e) { return std::sin(0.001f * static_cast<float>(e + 1) + static_cast<float>(t)); }
+// Loss-scaled (the scale starts at 2^4).
+float Grad(uint64_t t, uint64_t e, int step) {
+  return 1.6f * std::cos(0.01f * static_cast<float>(e) + static_cast<float>(t) + 0.5f * static_cast<float>(step));
+}
+
+class JobEarlyStepTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto opt = CpuOptimizer::Create({});
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    optimizer_ = std::move(*opt);
+    auto scratch = ScratchExtentStore::Create("job_early_step", 64 << 20);
+    ASSERT_TRUE(scratch.ok()) << scratch.status();
+    scratch_ = std::move(*scratch);
+    auto ps = ParamStore::Create(scratch_->store(), nullptr, {});
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    params_ = std::move(*ps);
+    auto pool = ThreadPoolExecutor::Create(2);
+    ASSERT_TRUE(pool.ok());
+    workers_ = std::move(*pool);
+  }
+  void TearDown() override {
+    jobs_.clear();
+    for (auto& [base, bytes] : maps_) munmap(base, bytes);
+  }
+
+  // A registered job with shards of `numel` elements whose params are
+  // Initial(shard, element); returns it and its rank's window.
+  std::pair<Job*, std::byte*> MakeJob(uint64_t id, const std::string& clipping, uint64_t numel = kNumel) {
+    JobServices services;
+    services.optimizer = optimizer_.get();
+    services.nvme = scratch_->store();
+    services.workers = workers_.get();
+    services.params = params_.get();
+    services.io_tile_bytes = 4096;
+    auto job = Job::Create(id, Settings(absl::StrCat("job", id), clipping), services);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return {nullptr, nullptr};
+    std::vector<TensorSpec> tensors;
+    for (uint32_t t = 0; t < kShards; ++t) tensors.push_back(TensorSpec{TensorId(t), absl::StrCat("w", t), numel});
+    EXPECT_TRUE((*job)->Register(0, tensors).ok());
+    const uint64_t bytes = (*job)->ExchangeBytesOf(0);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, (*job)->ExchangeFdOf(0), 0);
+    EXPECT_NE(p, MAP_FAILED);
+    maps_.emplace_back(p, bytes);
+    std::byte* window = static_cast<std::byte*>(p);
+    for (const ExchangeSlot& slot : (*job)->SlotsOf(0)) Fill(window + slot.param_offset, slot, Initial);
+    EXPECT_TRUE((*job)->InitParams(0).ok());
+    jobs_.push_back(std::move(*job));
+    return {jobs_.back().get(), window};
+  }
+
+  template <typename Fn>
+  static void Fill(std::byte* at, const ExchangeSlot& slot, Fn value) {
+    uint16_t* out = reinterpret_cast<uint16_t*>(at);
+    for (uint64_t e = 0; e < slot.layout.padded_numel; ++e) out[e] = Fp32ToFp16Bits(value(slot.layout.index, e));
+  }
+
+  // Waits until the job has stepped `n` shards early; false on timeout.
+  static bool WaitForEarly(Job& job, uint64_t n) {
+    for (int k = 0; k < 3000; ++k) {
+      if (job.counters().shards_stepped_early >= n) return true;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    return false;
+  }
+
+  struct TrainRun {
+    std::vector<std::vector<uint16_t>> params_seen;  // per step and shard, as forward read them
+    std::vector<bool> skipped;
+  };
+
+  // Forward reads every shard; backward sends the gradients in reverse.
+  // `early`: after each gradient but the step's last, wait until the job
+  // stepped that shard (so step kOverflowStep's inf comes after three shards
+  // were stepped, not before).
+  void Train(Job& job, std::byte* window, bool early, TrainRun* out) {
+    const std::vector<ExchangeSlot> slots = job.SlotsOf(0);
+    uint64_t stepped = 0;
+    auto read_params = [&] {
+      for (const ExchangeSlot& slot : slots) {
+        ASSERT_TRUE(job.Acquire(0, {slot.layout.index}, absl::Now() + kWait).ok());
+        const uint16_t* p = reinterpret_cast<const uint16_t*>(window + slot.param_offset);
+        out->params_seen.emplace_back(p, p + kNumel);
+        ASSERT_TRUE(job.Release(0, {slot.layout.index}).ok());
+      }
+    };
+    for (int step = 0; step < kSteps; ++step) {
+      read_params();
+      ASSERT_TRUE(job.IterationBoundary(0).ok());
+      for (uint32_t i = kShards; i-- > 0;) {
+        const ExchangeSlot& slot = slots[i];
+        Fill(window + slot.grad_offset, slot, [step](uint64_t t, uint64_t e) { return Grad(t, e, step); });
+        if (step == kOverflowStep && i == 0) reinterpret_cast<uint16_t*>(window + slot.grad_offset)[7] = 0x7c00;
+        ASSERT_TRUE(job.GradReady(0, i, step).ok());
+        if (!early || i == 0) continue;
+        ASSERT_TRUE(WaitForEarly(job, ++stepped)) << "step " << step << " shard " << i << " was not stepped early";
+      }
+      auto outcome = job.WaitStep(step, absl::Now() + kWait);
+      ASSERT_TRUE(outcome.ok()) << outcome.status();
+      out->skipped.push_back(outcome->skipped);
+    }
+    read_params();
+  }
+
+  std::unique_ptr<CpuOptimizer> optimizer_;
+  std::unique_ptr<ScratchExtentStore> scratch_;
+  std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<ThreadPoolExecutor> workers_;
+  std::vector<std::unique_ptr<Job>> jobs_;
+  std::vector<std::pair<void*, uint64_t>> maps_;
+};
+
+TEST_F(JobEarlyStepTest, ShardsSteppedEarlyTrainTheSameBitsAndAnOverflowRollsThemBack) {
+  auto [early_job, early_window] = MakeJob(1, "0");
+  auto [waits_job, waits_window] = MakeJob(2, "1e30");
+  ASSERT_NE(early_job, nullptr);
+  ASSERT_NE(waits_job, nullptr);
+  TrainRun early, waits;
+  Train(*early_job, early_window, /*early=*/true, &early);
+  if (HasFatalFailure()) return;
+  Train(*waits_job, waits_window, /*early=*/false, &waits);
+  if (HasFatalFailure()) return;
+  // Every gradient but each step's last was stepped early; the overflowed
+  // step's three were rolled back.
+  EXPECT_EQ(early_job->counters().shards_stepped_early, (kShards - 1) * kSteps);
+  EXPECT_EQ(early_job->counters().last_step.shards_early, kShards - 1);
+  EXPECT_EQ(waits_job->counters().shards_stepped_early, 0u);
+  const std::vector<bool> expected_skips = {false, true, false, false};
+  EXPECT_EQ(early.skipped, expected_skips);
+  EXPECT_EQ(waits.skipped, expected_skips);
+  ASSERT_EQ(early.params_seen.size(), waits.params_seen.size());
+  for (size_t i = 0; i < early.params_seen.size(); ++i) {
+    ASSERT_EQ(early.params_seen[i], waits.params_seen[i]) << "step " << i / kShards << " shard " << i % kShards;
+  }
+  // The params do move, and the skipped step moved none.
+  EXPECT_NE(early.params_seen[0], early.params_seen[kShards]);
+  for (uint32_t i = 0; i < kShards; ++i) {
+    EXPECT_EQ(early.params_seen[kShards + i], early.params_seen[2 * kShards + i]) << "shard " << i;
+  }
+}
+
+// A shard of fewer than InfinityPipeline::kMinTilesToStepEarly tiles waits
+// for the step's one pass (stepped alone, its load and save overlap nothing).
+TEST_F(JobEarlyStepTest, AShardOfFewTilesWaitsForTheStep) {
+  auto [job, window] = MakeJob(3, "0", /*numel=*/2048);  // two tiles
+  ASSERT_NE(job, nullptr);
+  const std::vector<ExchangeSlot> slots = job->SlotsOf(0);
+  for (uint32_t i = kShards; i-- > 0;) {
+    Fill(window + slots[i].grad_offset, slots[i], [](uint64_t t, uint64_t e) { return Grad(t, e, 0); });
+    ASSERT_TRUE(job->GradReady(0, i, 0).ok());
+  }
+  auto outcome = job->WaitStep(0, absl::Now() + kWait);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_FALSE(outcome->skipped);
+  EXPECT_EQ(job->counters().shards_stepped_early, 0u);
+}
+
+// The slot of a shard stepped early holds its new params until the step
+// starts. A trainer that writes it again after GradReady (re-sending the
+// gradient, which the barrier then ignores) must not have that gradient
+// stored home as params: the step fails, naming the shard, and nothing of it
+// is committed.
+TEST_F(JobEarlyStepTest, AGradientSlotWrittenAfterItsShardWasSteppedFailsTheStep) {
+  auto [job, window] = MakeJob(4, "0");
+  ASSERT_NE(job, nullptr);
+  const std::vector<ExchangeSlot> slots = job->SlotsOf(0);
+  auto grad = [](uint64_t t, uint64_t e) { return Grad(t, e, 0); };
+  const ExchangeSlot& last = slots[kShards - 1];
+  Fill(window + last.grad_offset, last, grad);
+  ASSERT_TRUE(job->GradReady(0, kShards - 1, 0).ok());
+  ASSERT_TRUE(WaitForEarly(*job, 1));
+  // Sent again: taken as a duplicate, but the slot now holds a gradient.
+  Fill(window + last.grad_offset, last, grad);
+  ASSERT_TRUE(job->GradReady(0, kShards - 1, 0).ok());
+  for (uint32_t i = kShards - 1; i-- > 0;) {
+    Fill(window + slots[i].grad_offset, slots[i], grad);
+    ASSERT_TRUE(job->GradReady(0, i, 0).ok());
+  }
+  auto outcome = job->WaitStep(0, absl::Now() + kWait);
+  ASSERT_FALSE(outcome.ok());
+  const std::string message(outcome.status().message());
+  EXPECT_NE(message.find(absl::StrCat("gradient slot of shard ", kShards - 1, " after its GradReady")),
+            std::string::npos) << message;
+  EXPECT_NE(message.find("nothing of step 0 was committed"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace strata
