@@ -71,6 +71,9 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
       largest_param_slot = std::max(largest_param_slot, dtypes_.ParamSlotBytes(slot));
       largest_grad_slot = std::max(largest_grad_slot, dtypes_.GradSlotBytes(slot));
       total_bytes += dtypes_.ParamSlotBytes(slot) + dtypes_.GradSlotBytes(slot);
+      if (tile_elements_ != 0 && slot.layout.padded_numel >= kMinTilesToStepEarly * tile_elements_) {
+        early_sized_shards_ = true;
+      }
     }
   }
   // The window budget covers params and gradients in their slots.

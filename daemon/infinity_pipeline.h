@@ -36,6 +36,7 @@ class InfinityPipeline final : public StepPipeline {
 
   bool durable() const override { return true; }
   bool early_apply() const override { return early_apply_; }
+  bool may_step_early() const override { return early_apply_ && early_sized_shards_; }
   bool windowed() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<ShardStateStore>> MakeStates(const StateLayout& layout,
@@ -131,6 +132,9 @@ class InfinityPipeline final : public StepPipeline {
   AlignedBuffer param_staging_;
   uint64_t largest_param_slot_ = 0;
   uint64_t tile_elements_ = 0;  // of the state store (MakeStates; 0: not made)
+  // A shard has kMinTilesToStepEarly tiles (OpenWindow; ranks registered
+  // later are assumed alike).
+  bool early_sized_shards_ = false;
 
   // Guarded by the job's lock (the job_mu the ...Locked methods take).
   std::vector<std::vector<GradAt>> grad_at_;  // per rank and shard

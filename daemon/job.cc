@@ -647,7 +647,7 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     // while the rest of the gradients do.
     // (Not where shards are stepped early: those come first, in the order
     // their gradients do.)
-    if (pipeline_->durable() && !pipeline_->early_apply()) queue_.push_back(WorkItem{WorkItem::kPreload, 0, 0});
+    if (pipeline_->durable() && !pipeline_->may_step_early()) queue_.push_back(WorkItem{WorkItem::kPreload, 0, 0});
   }
   pipeline_->GradArrivedLocked(mu_, rank, index, r.slots[index]);
   PublishGradWindowLocked(rank);
