@@ -71,9 +71,7 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
       largest_param_slot = std::max(largest_param_slot, dtypes_.ParamSlotBytes(slot));
       largest_grad_slot = std::max(largest_grad_slot, dtypes_.GradSlotBytes(slot));
       total_bytes += dtypes_.ParamSlotBytes(slot) + dtypes_.GradSlotBytes(slot);
-      if (tile_elements_ != 0 && slot.layout.padded_numel >= kMinTilesToStepEarly * tile_elements_) {
-        early_sized_shards_ = true;
-      }
+      if (EarlySized(slot)) early_sized_shards_ = true;
     }
   }
   // The window budget covers params and gradients in their slots.
@@ -273,7 +271,7 @@ std::optional<StepHooks> InfinityPipeline::EarlyStepLocked(absl::Mutex& job_mu, 
   // nothing; in the step's one pass they overlap the neighbours'. Below
   // kMinTilesToStepEarly tiles that costs more than stepping during the
   // gradients saves (docs/DAEMON.md, "Shards stepped early": measured).
-  if (tile_elements_ == 0 || slot.layout.padded_numel < kMinTilesToStepEarly * tile_elements_) return std::nullopt;
+  if (!EarlySized(slot)) return std::nullopt;
   // The new params go over the gradient, element by element as it is read
   // (the kernels allow that exactly: the same place, elements of one size).
   if (dtypes_.ParamSlotBytes(slot) != dtypes_.GradSlotBytes(slot)) return std::nullopt;
@@ -319,18 +317,26 @@ absl::Status InfinityPipeline::StoreSteppedParams(absl::Mutex& job_mu) {
     }
     STRATA_RETURN_IF_ERROR(
         param_cache_->StoreHomeFrom(rank, index, absl::MakeConstSpan(regions_->GradSlot(rank, slot), bytes)));
-    regions_->DiscardGradSlot(rank, slot);
-    uint64_t reserved;
-    {
-      absl::MutexLock lock(&job_mu);
-      grad_at_[rank][index] = kNowhere;
-      grad_resident_bytes_ -= dtypes_.GradSlotBytes(slot);
-      grad_held_[rank] -= dtypes_.GradSlotBytes(slot);
-      reserved = grad_resident_bytes_;
-    }
-    param_cache_->SetReserved(reserved);
+    FreeGradSlot(job_mu, rank, index, slot);
   }
   return absl::OkStatus();
+}
+
+void InfinityPipeline::FreeGradSlot(absl::Mutex& job_mu, uint32_t rank, uint32_t index, const ExchangeSlot& slot) {
+  regions_->DiscardGradSlot(rank, slot);
+  uint64_t reserved;
+  {
+    absl::MutexLock lock(&job_mu);
+    grad_at_[rank][index] = kNowhere;
+    grad_resident_bytes_ -= dtypes_.GradSlotBytes(slot);
+    grad_held_[rank] -= dtypes_.GradSlotBytes(slot);
+    reserved = grad_resident_bytes_;
+  }
+  param_cache_->SetReserved(reserved);
+}
+
+bool InfinityPipeline::EarlySized(const ExchangeSlot& slot) const {
+  return tile_elements_ != 0 && slot.layout.padded_numel >= kMinTilesToStepEarly * tile_elements_;
 }
 
 StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
@@ -377,17 +383,7 @@ StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<Sha
   // budget, so the step never has every slot in memory at once.
   hooks.shard_done = [this, &job_mu, staged](const ShardId& id) {
     if (step_grad_at_[id.rank][id.index] == kInSlot) {
-      const ExchangeSlot& slot = (*step_slots_)[id.rank][id.index];
-      regions_->DiscardGradSlot(id.rank, slot);
-      uint64_t reserved;
-      {
-        absl::MutexLock lock(&job_mu);
-        grad_at_[id.rank][id.index] = kNowhere;
-        grad_resident_bytes_ -= dtypes_.GradSlotBytes(slot);
-        grad_held_[id.rank] -= dtypes_.GradSlotBytes(slot);
-        reserved = grad_resident_bytes_;
-      }
-      param_cache_->SetReserved(reserved);
+      FreeGradSlot(job_mu, id.rank, id.index, (*step_slots_)[id.rank][id.index]);
     }
     if (!staged) return param_cache_->StoreHome(id.rank, id.index);
     const uint64_t bytes = dtypes_.ParamSlotBytes((*step_slots_)[id.rank][id.index]);

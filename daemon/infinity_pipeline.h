@@ -101,6 +101,12 @@ class InfinityPipeline final : public StepPipeline {
   // Step start: the new params of the shards stepped early go home from
   // their gradient slots, which are then freed.
   absl::Status StoreSteppedParams(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu);
+  // A shard's gradient slot is done with (stepped, or its new params gone
+  // home): its memory goes back and the window's clean params may use it.
+  void FreeGradSlot(absl::Mutex& job_mu, uint32_t rank, uint32_t index, const ExchangeSlot& slot)
+      ABSL_LOCKS_EXCLUDED(job_mu);
+  // The shard has kMinTilesToStepEarly state tiles (MakeStates set the tile).
+  bool EarlySized(const ExchangeSlot& slot) const;
   // After the step: every gradient slot's memory back, the spilled copies
   // deleted (before the commit, so none becomes durable).
   void ClearGradsAfterStep(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu);
