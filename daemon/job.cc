@@ -1062,6 +1062,14 @@ void Job::RunStep() {
   else ++counters_.steps_applied;
   counters_.last_step_s = seconds;
   counters_.total_step_s += seconds;
+  {
+    JobCounters spill;
+    pipeline_->CountLocked(mu_, spill);
+    times.grad_bytes_spilled = spill.grad_bytes_spilled - spilled_at_step_end_;
+    times.grad_bytes_read_back = spill.grad_bytes_read_back - read_back_at_step_end_;
+    spilled_at_step_end_ = spill.grad_bytes_spilled;
+    read_back_at_step_end_ = spill.grad_bytes_read_back;
+  }
   if (!skip) counters_.last_step = times;
   grads_in_start_.reset();  // the next step's first gradient starts its phase
   barrier_.Finish(step, outcome);

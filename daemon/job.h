@@ -76,6 +76,11 @@ struct StepTimes {
   // Shards stepped while gradients were still coming in (Job::Inspect's
   // early path); the step's pass did the rest.
   uint64_t shards_early = 0;
+  // Infinity: gradient bytes written to NVMe because the window was full
+  // (since the previous step ended) and read back by this step -- NVMe
+  // traffic beyond the states and params that the budget costs.
+  uint64_t grad_bytes_spilled = 0;
+  uint64_t grad_bytes_read_back = 0;
 };
 
 struct JobCounters {
@@ -419,6 +424,10 @@ class Job {
   // gradients-in phase); reset when the step ends.
   std::optional<absl::Time> grads_in_start_ ABSL_GUARDED_BY(mu_);
   uint64_t open_step_shards_early_ ABSL_GUARDED_BY(mu_) = 0;  // the open step's, so far
+  // The pipeline's gradient spill counters when the previous step ended
+  // (StepTimes' per-step bytes are the difference).
+  uint64_t spilled_at_step_end_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t read_back_at_step_end_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<WorkItem> queue_ ABSL_GUARDED_BY(mu_);
   // (rank, index) with an inspection queued and not yet started: a re-sent
   // gradient needs no second one (the queued one reads the new contents), so

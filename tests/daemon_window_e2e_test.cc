@@ -316,6 +316,16 @@ TEST(DaemonWindowTest, StatsBreakDownTheLastStep) {
     EXPECT_LE(b->total_s(), wall + kEpsilon);
     EXPECT_LE(b->load_wait_s + b->save_wait_s + b->optimizer_s + b->grads_back_s + b->params_home_s,
               b->stream_s + kEpsilon);
+    // The window (3 slots for 8 gradients, all sent at once) spilled
+    // gradients: this step's, each read back by the step -- not the job's
+    // total so far, which by step 1 would be more than one step's 8 slots.
+    std::printf("step %d: gradients spilled %llu B, read back %llu B\n", step,
+                static_cast<unsigned long long>(b->grad_bytes_spilled),
+                static_cast<unsigned long long>(b->grad_bytes_read_back));
+    EXPECT_GT(b->grad_bytes_spilled, 0u);
+    EXPECT_EQ(b->grad_bytes_spilled % kSlotBytes, 0u);
+    EXPECT_LE(b->grad_bytes_spilled, kTensors * kSlotBytes);
+    EXPECT_EQ(b->grad_bytes_read_back, b->grad_bytes_spilled);
   }
   // `strata stats` prints the breakdown for the job that stepped only.
   auto stats = client->StatsText();
@@ -333,6 +343,7 @@ TEST(DaemonWindowTest, StatsBreakDownTheLastStep) {
   };
   EXPECT_NE(row_of(stepped).find("    last step "), std::string::npos) << *stats;
   EXPECT_NE(row_of(stepped).find("waiting for NVMe loads "), std::string::npos) << *stats;
+  EXPECT_NE(row_of(stepped).find("; gradients spilled "), std::string::npos) << *stats;
   EXPECT_EQ(row_of(idle_at).find("    last step "), std::string::npos) << *stats;
   session->reset();
   EXPECT_EQ(daemon.Stop(), 0);
