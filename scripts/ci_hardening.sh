@@ -40,7 +40,7 @@ case "$mode" in all|build|tsa|tests|fuzz|tsan) ;; *) echo "usage: scripts/ci_har
 fuzzers=(deepspeed_config_fuzz daemon_config_fuzz job_record_fuzz service_rpc_fuzz)
 unit_tests=(core_test swap_test tiers_test daemon_config_test daemon_test job_settings_test daemon_job_workers_test
             daemon_doorbell_test daemon_e2e_test daemon_job_restore_test daemon_pipeline_test daemon_window_test
-            daemon_param_store_test daemon_job_tiers_test daemon_job_device_tier_test
+            daemon_param_store_test daemon_job_tiers_test daemon_job_device_tier_test daemon_job_early_step_test
             client_doorbell_test)
 # mlock is a no-op under ASan (its interceptor returns 0), so the test that
 # a lock beyond RLIMIT_MEMLOCK fails cannot pass in this build.

@@ -44,7 +44,7 @@ tests=(daemon_test daemon_job_workers_test daemon_doorbell_test tiers_test prefe
        optimizer_cpu_test client_slot_copy_test daemon_e2e_test daemon_threads_test daemon_durability_test
        daemon_groups_test daemon_partition_test daemon_multinode_test daemon_param_store_test daemon_window_test
        daemon_pipeline_test daemon_job_tiers_test daemon_window_e2e_test daemon_device_e2e_test
-       client_doorbell_test daemon_job_device_tier_test)
+       client_doorbell_test daemon_job_device_tier_test daemon_job_early_step_test)
 declare -A test_args=(
   # mlock is a no-op under TSan as under ASan (the sanitizers' interceptor
   # returns 0), so a lock beyond RLIMIT_MEMLOCK cannot fail in this build.
