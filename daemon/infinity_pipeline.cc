@@ -32,7 +32,6 @@ absl::StatusOr<std::unique_ptr<ShardStateStore>> InfinityPipeline::MakeStates(co
                                                                               uint64_t tile_bytes) {
   const uint64_t streams = 1 + layout.exp_avg + layout.exp_avg_sq + layout.max_exp_avg_sq;
   const uint64_t tile_elements = std::max<uint64_t>(tile_bytes / 4 / 1024 * 1024, 1024);
-  tile_elements_ = tile_elements;
   if (pinned_ != nullptr) {
     // Bounded by 3 x 4 x io_tile_bytes; the window is reserved by OpenWindow.
     STRATA_ASSIGN_OR_RETURN(staging_reservation_,
@@ -71,7 +70,6 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
       largest_param_slot = std::max(largest_param_slot, dtypes_.ParamSlotBytes(slot));
       largest_grad_slot = std::max(largest_grad_slot, dtypes_.GradSlotBytes(slot));
       total_bytes += dtypes_.ParamSlotBytes(slot) + dtypes_.GradSlotBytes(slot);
-      if (EarlySized(slot)) early_sized_shards_ = true;
     }
   }
   // The window budget covers params and gradients in their slots.
@@ -267,11 +265,6 @@ GradWindow InfinityPipeline::GradWindowLocked(absl::Mutex& /*job_mu*/, uint32_t 
 std::optional<StepHooks> InfinityPipeline::EarlyStepLocked(absl::Mutex& job_mu, uint32_t rank,
                                                            uint32_t index, const ExchangeSlot& slot) {
   if (!early_apply_ || param_cache_ == nullptr || grad_at_[rank][index] != kInSlot) return std::nullopt;
-  // Stepped alone, a shard's first tile load and last tile save overlap
-  // nothing; in the step's one pass they overlap the neighbours'. Below
-  // kMinTilesToStepEarly tiles that costs more than stepping during the
-  // gradients saves (docs/DAEMON.md, "Shards stepped early": measured).
-  if (!EarlySized(slot)) return std::nullopt;
   // The new params go over the gradient, element by element as it is read
   // (the kernels allow that exactly: the same place, elements of one size).
   if (dtypes_.ParamSlotBytes(slot) != dtypes_.GradSlotBytes(slot)) return std::nullopt;
@@ -333,10 +326,6 @@ void InfinityPipeline::FreeGradSlot(absl::Mutex& job_mu, uint32_t rank, uint32_t
     reserved = grad_resident_bytes_;
   }
   param_cache_->SetReserved(reserved);
-}
-
-bool InfinityPipeline::EarlySized(const ExchangeSlot& slot) const {
-  return tile_elements_ != 0 && slot.layout.padded_numel >= kMinTilesToStepEarly * tile_elements_;
 }
 
 StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,

@@ -36,7 +36,6 @@ class InfinityPipeline final : public StepPipeline {
 
   bool durable() const override { return true; }
   bool early_apply() const override { return early_apply_; }
-  bool may_step_early() const override { return early_apply_ && early_sized_shards_; }
   bool windowed() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<ShardStateStore>> MakeStates(const StateLayout& layout,
@@ -78,10 +77,8 @@ class InfinityPipeline final : public StepPipeline {
   // that waits for room (RankSession::WaitGradRoom) always gets it.
   GradWindow GradWindowLocked(absl::Mutex& job_mu, uint32_t rank) const override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
-  // A shard of at least this many state tiles may be stepped early.
-  static constexpr uint64_t kMinTilesToStepEarly = 3;
-  // A gradient still in its slot (of a shard of kMinTilesToStepEarly tiles
-  // or more) is stepped now, its new params written over
+  // A gradient still in its slot is stepped now (Job::RunEarlySteps: in one
+  // pass with the others inspected meanwhile), its new params written over
   // it (the slot's memory is already counted; no param slot, home or cached
   // copy is touched until the step starts, so a trainer still acquiring
   // params for backward, the prefetcher and an overflow's rollback find them
@@ -105,8 +102,6 @@ class InfinityPipeline final : public StepPipeline {
   // home): its memory goes back and the window's clean params may use it.
   void FreeGradSlot(absl::Mutex& job_mu, uint32_t rank, uint32_t index, const ExchangeSlot& slot)
       ABSL_LOCKS_EXCLUDED(job_mu);
-  // The shard has kMinTilesToStepEarly state tiles (MakeStates set the tile).
-  bool EarlySized(const ExchangeSlot& slot) const;
   // After the step: every gradient slot's memory back, the spilled copies
   // deleted (before the commit, so none becomes durable).
   void ClearGradsAfterStep(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu);
@@ -137,10 +132,6 @@ class InfinityPipeline final : public StepPipeline {
   // into the window slot only when the cache keeps them (StoreHomeFrom).
   AlignedBuffer param_staging_;
   uint64_t largest_param_slot_ = 0;
-  uint64_t tile_elements_ = 0;  // of the state store (MakeStates; 0: not made)
-  // A shard has kMinTilesToStepEarly tiles (OpenWindow; ranks registered
-  // later are assumed alike).
-  bool early_sized_shards_ = false;
 
   // Guarded by the job's lock (the job_mu the ...Locked methods take).
   std::vector<std::vector<GradAt>> grad_at_;  // per rank and shard

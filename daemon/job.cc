@@ -647,7 +647,7 @@ absl::Status Job::GradReady(uint32_t rank, uint32_t index, uint64_t step) {
     // while the rest of the gradients do.
     // (Not where shards are stepped early: those come first, in the order
     // their gradients do.)
-    if (pipeline_->durable() && !pipeline_->may_step_early()) queue_.push_back(WorkItem{WorkItem::kPreload, 0, 0});
+    if (pipeline_->durable() && !pipeline_->early_apply()) queue_.push_back(WorkItem{WorkItem::kPreload, 0, 0});
   }
   pipeline_->GradArrivedLocked(mu_, rank, index, r.slots[index]);
   PublishGradWindowLocked(rank);
@@ -742,6 +742,7 @@ void Job::RunTurn() {
   if (item.kind == WorkItem::kInspect) Inspect(item.rank, item.index);
   if (item.kind == WorkItem::kRunStep) RunStep();
   if (item.kind == WorkItem::kPreload) PreloadStates();
+  if (item.kind == WorkItem::kEarlySteps) RunEarlySteps();
   if (item.kind == WorkItem::kPrepare) {
     absl::MutexLock lock(&mu_);
     if (barrier_.PrepareOpenStep()) changed_.SignalAll();
@@ -797,19 +798,69 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   // the trainers are still in backward, and (durable jobs) roll it back if
   // the step is skipped (RunStep). The gradient scale cannot change before
   // the step ends.
+  if (pipeline_->durable()) {
+    // In a pass with the other shards inspected meanwhile (RunEarlySteps).
+    early_ready_.push_back(ShardId{rank, index});
+    if (!early_steps_queued_) {
+      early_steps_queued_ = true;
+      queue_.push_back(WorkItem{WorkItem::kEarlySteps, 0, 0});
+    }
+    return;
+  }
   std::optional<StepHooks> hooks = pipeline_->EarlyStepLocked(mu_, rank, index, slot);
   if (!hooks.has_value()) return;
+  StepEarlyLocked({ShardId{rank, index}}, *hooks);
+}
+
+void Job::RunEarlySteps() {
+  absl::MutexLock lock(&mu_);
+  early_steps_queued_ = false;
+  std::vector<ShardId> ready;
+  ready.swap(early_ready_);
+  // Every gradient is in: the step (queued already) takes the rest in its pass.
+  if (stopping_ || !worker_error_.ok() || reload_needed_ || barrier_.complete()) return;
+  std::vector<ShardId> ids;
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, StepHooks> per_shard;
+  for (const ShardId& id : ready) {
+    if (id.rank >= ranks_.size() || id.index >= ranks_[id.rank].slots.size() ||
+        barrier_.applied(id.rank, id.index)) {
+      continue;
+    }
+    std::optional<StepHooks> hooks = pipeline_->EarlyStepLocked(mu_, id.rank, id.index, ranks_[id.rank].slots[id.index]);
+    if (!hooks.has_value()) continue;
+    ids.push_back(id);
+    per_shard.emplace(std::make_pair(id.rank, id.index), std::move(*hooks));
+  }
+  if (ids.empty()) return;
+  // One set of hooks for the pass: each shard's own. per_shard and slots
+  // outlive the pass (StepEarlyLocked returns after it).
+  std::vector<std::vector<ExchangeSlot>> slots;
+  for (const RankState& r : ranks_) slots.push_back(r.slots);
+  auto of = [&per_shard](const ShardId& id) -> const StepHooks& { return per_shard.at({id.rank, id.index}); };
+  StepHooks hooks;
+  hooks.param_target = [this, &of, &slots](const ShardId& id) {
+    const StepHooks& h = of(id);
+    return h.param_target ? h.param_target(id) : regions_.ParamSlot(id.rank, slots[id.rank][id.index]);
+  };
+  hooks.shard_done = [&of](const ShardId& id) {
+    const StepHooks& h = of(id);
+    return h.shard_done ? h.shard_done(id) : absl::OkStatus();
+  };
+  StepEarlyLocked(ids, hooks);
+}
+
+void Job::StepEarlyLocked(const std::vector<ShardId>& ids, const StepHooks& hooks) {
   const int64_t optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
   const float grad_scale = static_cast<float>(1.0 / scaler_.scale());
   std::vector<std::vector<ExchangeSlot>> slots;
   for (const RankState& r : ranks_) slots.push_back(r.slots);
   const std::vector<OptimizerHyperparams> hp = HyperparamsLocked();
-  barrier_.MarkApplied(rank, index);
+  for (const ShardId& id : ids) barrier_.MarkApplied(id.rank, id.index);
   mu_.Unlock();
   absl::Status status;
   {
     absl::MutexLock states_lock(&states_mu_);
-    status = ApplyShards({ShardId{rank, index}}, slots, optimizer_step, grad_scale, hp, *hooks);
+    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks);
   }
   if (!status.ok() && pipeline_->durable()) RollbackUncommitted();
   mu_.Lock();
@@ -827,8 +878,9 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
     PublishDoorbellsLocked();
     return;
   }
-  ++counters_.shards_stepped_early;
-  ++open_step_shards_early_;
+  counters_.shards_stepped_early += ids.size();
+  ++counters_.early_passes;
+  open_step_shards_early_ += ids.size();
 }
 
 void Job::RollbackUncommitted() {

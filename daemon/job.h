@@ -95,6 +95,10 @@ struct JobCounters {
   // Shards stepped early (before their step's last gradient), over the
   // job's life, a skipped step's included.
   uint64_t shards_stepped_early = 0;
+  // The passes that stepped them (Job::RunEarlySteps steps the shards
+  // inspected meanwhile together): shards_stepped_early / early_passes is
+  // the mean batch.
+  uint64_t early_passes = 0;
   // The job's share of the pinned tier: what it reserved of the daemon's
   // pinned_capacity (regions or window budget, host states, NVMe staging).
   uint64_t pinned_reserved_bytes = 0;
@@ -297,7 +301,7 @@ class Job {
     PinnedBudget::Reservation pinned;  // the region and (offload) host states
   };
   struct WorkItem {
-    enum Kind { kInspect, kRunStep, kPrepare, kPreload, kStop } kind;
+    enum Kind { kInspect, kRunStep, kPrepare, kPreload, kEarlySteps, kStop } kind;
     uint32_t rank = 0;
     uint32_t index = 0;
   };
@@ -355,6 +359,13 @@ class Job {
   void CloseDoorbells();
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
+  // Steps early, in one pass, every shard that early_ready_ holds and the
+  // pipeline takes (a durable job's states stream from NVMe: a pass over
+  // several shards overlaps one's load and save with the others').
+  void RunEarlySteps();
+  // Steps `ids` early (the pipeline's `hooks`), outside mu_; on failure the
+  // job fails as a failed step does. REQUIRES: mu_ held (released meanwhile).
+  void StepEarlyLocked(const std::vector<ShardId>& ids, const StepHooks& hooks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the job's uncommitted NVMe writes (a failed step), unless it was
   // superseded; takes commit_mu_ only.
   void RollbackUncommitted();
@@ -424,6 +435,10 @@ class Job {
   // gradients-in phase); reset when the step ends.
   std::optional<absl::Time> grads_in_start_ ABSL_GUARDED_BY(mu_);
   uint64_t open_step_shards_early_ ABSL_GUARDED_BY(mu_) = 0;  // the open step's, so far
+  // Durable jobs: shards inspected while the step waits for others, in
+  // inspection order, for the next RunEarlySteps (queued once).
+  std::vector<ShardId> early_ready_ ABSL_GUARDED_BY(mu_);
+  bool early_steps_queued_ ABSL_GUARDED_BY(mu_) = false;
   // The pipeline's gradient spill counters when the previous step ended
   // (StepTimes' per-step bytes are the difference).
   uint64_t spilled_at_step_end_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,6 +1,6 @@
-// ZeRO-Infinity steps a shard of several state tiles as soon as its gradient
-// is inspected, while the trainer is still sending the others (no
-// clipping). Under fp16 loss scaling that is speculation on the step not
+// ZeRO-Infinity steps a shard as soon as its gradient is inspected (with
+// the others inspected meanwhile, in one pass), while the trainer is still
+// sending the rest (no clipping). Under fp16 loss scaling that is speculation on the step not
 // overflowing: an overflow in a gradient sent after some shards were stepped
 // skips the step, and the job rolls their states back, so it trains the same
 // bits as a job whose step waits for every gradient.
@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "daemon/job.h"
 #include "daemon/job_proto.h"
@@ -199,20 +201,60 @@ TEST_F(JobEarlyStepTest, ShardsSteppedEarlyTrainTheSameBitsAndAnOverflowRollsThe
   }
 }
 
-// A shard of fewer than InfinityPipeline::kMinTilesToStepEarly tiles waits
-// for the step's one pass (stepped alone, its load and save overlap nothing).
-TEST_F(JobEarlyStepTest, AShardOfFewTilesWaitsForTheStep) {
-  auto [job, window] = MakeJob(3, "0", /*numel=*/2048);  // two tiles
+// Shards of one state tile, inspected while the job's worker was busy, are
+// stepped early together, in one pass over their states (a pass per shard
+// would overlap none of their loads and saves), and train the same bits as
+// the job that waits for every gradient.
+TEST_F(JobEarlyStepTest, ShardsInspectedTogetherAreSteppedInOnePass) {
+  constexpr uint64_t kOneTile = 1024;
+  auto [job, window] = MakeJob(3, "0", kOneTile);
+  auto [waits, waits_window] = MakeJob(5, "1e30", kOneTile);
   ASSERT_NE(job, nullptr);
+  ASSERT_NE(waits, nullptr);
+  auto grad = [](uint64_t t, uint64_t e) { return Grad(t, e, 0); };
+  // Both workers of the jobs' pool held: the three gradients' inspections
+  // queue behind each other, and the pass they queue comes after all three.
+  absl::Notification release;
+  absl::BlockingCounter held(2);
+  for (int i = 0; i < 2; ++i) {
+    workers_->Schedule([&] {
+      held.DecrementCount();
+      release.WaitForNotification();
+    });
+  }
+  held.Wait();
   const std::vector<ExchangeSlot> slots = job->SlotsOf(0);
-  for (uint32_t i = kShards; i-- > 0;) {
-    Fill(window + slots[i].grad_offset, slots[i], [](uint64_t t, uint64_t e) { return Grad(t, e, 0); });
+  for (uint32_t i = kShards; i-- > 1;) {
+    Fill(window + slots[i].grad_offset, slots[i], grad);
     ASSERT_TRUE(job->GradReady(0, i, 0).ok());
   }
+  release.Notify();
+  ASSERT_TRUE(WaitForEarly(*job, kShards - 1));
+  EXPECT_EQ(job->counters().early_passes, 1u);
+  Fill(window + slots[0].grad_offset, slots[0], grad);
+  ASSERT_TRUE(job->GradReady(0, 0, 0).ok());
   auto outcome = job->WaitStep(0, absl::Now() + kWait);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_FALSE(outcome->skipped);
-  EXPECT_EQ(job->counters().shards_stepped_early, 0u);
+  EXPECT_EQ(job->counters().last_step.shards_early, kShards - 1);
+  const std::vector<ExchangeSlot> waits_slots = waits->SlotsOf(0);
+  for (uint32_t i = kShards; i-- > 0;) {
+    Fill(waits_window + waits_slots[i].grad_offset, waits_slots[i], grad);
+    ASSERT_TRUE(waits->GradReady(0, i, 0).ok());
+  }
+  auto waited = waits->WaitStep(0, absl::Now() + kWait);
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waits->counters().shards_stepped_early, 0u);
+  for (uint32_t i = 0; i < kShards; ++i) {
+    ASSERT_TRUE(job->Acquire(0, {i}, absl::Now() + kWait).ok());
+    ASSERT_TRUE(waits->Acquire(0, {i}, absl::Now() + kWait).ok());
+    EXPECT_EQ(std::memcmp(window + slots[i].param_offset, waits_window + waits_slots[i].param_offset, kOneTile * 2), 0)
+        << "shard " << i;
+    EXPECT_NE(reinterpret_cast<const uint16_t*>(window + slots[i].param_offset)[5],
+              Fp32ToFp16Bits(Initial(i, 5))) << "shard " << i << " did not move";
+    ASSERT_TRUE(job->Release(0, {i}).ok());
+    ASSERT_TRUE(waits->Release(0, {i}).ok());
+  }
 }
 
 // The slot of a shard stepped early holds its new params until the step

@@ -126,31 +126,6 @@ TEST_F(InfinityPipelineTest, ClippingOrMixedElementSizesKeepEveryShardForTheStep
   EXPECT_FALSE((*mixed)->early_apply());
 }
 
-// A job steps shards early only where one has kMinTilesToStepEarly state
-// tiles; a job of smaller shards keeps the preload of its step's first tiles.
-TEST_F(InfinityPipelineTest, OnlyAShardOfThreeTilesMakesTheJobStepEarly) {
-  const SlotDTypes dtypes{DType::kFp16, DType::kFp16};
-  for (const auto& [numel, expected] : {std::pair<uint64_t, bool>{2048, false}, {3072, true}}) {
-    InfinityPipeline pipeline(/*job_id=*/11, "gate", /*world_size=*/1, dtypes, /*pinned_budget_bytes=*/0, store_,
-                              /*pinned=*/nullptr, /*params=*/nullptr, /*early_apply=*/true);
-    StateLayout layout;
-    layout.exp_avg = true;
-    layout.exp_avg_sq = true;
-    ASSERT_TRUE(pipeline.MakeStates(layout, /*tile_bytes=*/4096).ok());  // 1024 elements a tile
-    const std::vector<uint32_t> groups = {0};
-    auto exchange = LayOutExchange(Shards(2, numel), dtypes, groups);
-    ASSERT_TRUE(exchange.ok()) << exchange.status();
-    ExchangeWindow window;
-    ASSERT_TRUE(window.Map(std::move(*exchange), "strata-pipeline-test", /*populate=*/false).ok());
-    ExchangeRegions regions(dtypes);
-    regions.Publish(0, 1, window);
-    ASSERT_TRUE(pipeline.OpenWindow({&window.slots}, &regions, workers_.get(), [] {}).ok());
-    EXPECT_TRUE(pipeline.early_apply());
-    EXPECT_EQ(pipeline.may_step_early(), expected) << numel << " elements";
-    pipeline.CloseWindow();
-  }
-}
-
 TEST_F(InfinityPipelineTest, AGradientOverTheBudgetIsSpilledAndComesBackBitForBit) {
   constexpr uint32_t kShards = 4;
   const SlotDTypes dtypes{DType::kFp16, DType::kFp16};

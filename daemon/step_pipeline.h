@@ -76,9 +76,6 @@ class StepPipeline {
   // without clipping -- with loss scaling the early updates are speculative
   // (uncommitted NVMe writes; an overflow rolls them back, see Job::RunStep).
   virtual bool early_apply() const = 0;
-  // Some shard of the job may be stepped early (the step's first tiles are
-  // then not preloaded: the shards stepped early come first).
-  virtual bool may_step_early() const { return early_apply(); }
   // The regions are windows (memory only for the slots in use; gradients may
   // be spilled, and a spill ends by discarding the slot), not populated.
   virtual bool windowed() const = 0;
