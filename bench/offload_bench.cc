@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <thread>
 #include <memory>
 #include <string>
@@ -56,6 +57,10 @@ struct Flags {
   // The job's gradient_clipping (0: none). With clipping an Infinity step
   // waits for every gradient's norm, so no shard is stepped early.
   double gradient_clipping = 0;
+  // The trainer's backward, in seconds per step, spread evenly before each
+  // gradient (a sleep: the GPU computes, the trainer's CPU waits). 0: every
+  // gradient is sent at once, the daemon's worst case.
+  double backward_s = 0;
 };
 
 const char* ModeName(JobMode m) { return m == JobMode::kInfinity ? "infinity" : "offload"; }
@@ -66,6 +71,7 @@ struct ModeResult {
   uint32_t shards = 0;
   double register_s = 0, init_s = 0, warmup_s = 0;
   std::vector<double> step_s, optimizer_s, io_s, inspect_s;
+  std::vector<double> exposed_s;  // the step after the last gradient's GradReady
   uint64_t io_read_bytes = 0, io_written_bytes = 0;
   std::string io_engine;
   uint64_t pinned_budget = 0;
@@ -149,7 +155,9 @@ class OffloadBench {
   absl::Status RunMeasurements();
   absl::Status Prepare();
   absl::StatusOr<ModeResult> RunMode(JobMode mode);
-  absl::StatusOr<double> DaemonStep(RankSession& rank, uint64_t step);
+  // Returns the step's seconds, first gradient to WaitStep's return;
+  // `exposed` (when set) gets those after the last gradient's GradReady.
+  absl::StatusOr<double> DaemonStep(RankSession& rank, uint64_t step, double* exposed = nullptr);
   // The daemon's word on job `name` (ListJobs).
   absl::StatusOr<JobSummary> FindJob(const std::string& name);
   // One --params size: a fresh private daemon (so its peak RSS is this size's), each mode, then it stops.
@@ -227,16 +235,23 @@ absl::Status OffloadBench::Prepare() {
 }
 
 // Trainer-side step time: from the first GradReady to WaitStep's return.
-absl::StatusOr<double> OffloadBench::DaemonStep(RankSession& rank, uint64_t step) {
+absl::StatusOr<double> OffloadBench::DaemonStep(RankSession& rank, uint64_t step, double* exposed) {
   const int64_t start = MonotonicNanos();
+  const auto backward_per_shard = std::chrono::duration<double>(
+      rank.shards().empty() ? 0.0 : f_.backward_s / static_cast<double>(rank.shards().size()));
+  int64_t last_grad = start;
   for (const ShardView& shard : rank.shards()) {
+    if (f_.backward_s > 0) std::this_thread::sleep_for(backward_per_shard);
     // As a trainer does: WriteGrad waits for room in the gradient window
     // (the job's pinned budget), then copies the fastest way into the slot.
     STRATA_RETURN_IF_ERROR(rank.WriteGrad(shard.index, grad_pattern_.data(), shard.padded_numel * 2));
     STRATA_RETURN_IF_ERROR(rank.GradReady(shard.index, step));
+    last_grad = MonotonicNanos();
   }
   STRATA_ASSIGN_OR_RETURN(StepResult result, rank.WaitStep(step));
-  const double seconds = static_cast<double>(MonotonicNanos() - start) / 1e9;
+  const int64_t end = MonotonicNanos();
+  const double seconds = static_cast<double>(end - start) / 1e9;
+  if (exposed != nullptr) *exposed = static_cast<double>(end - last_grad) / 1e9;
   if (result.skipped) return absl::InternalError(absl::StrCat("step ", step, " was skipped (gradient overflow)"));
   return seconds;
 }
@@ -369,8 +384,10 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
     for (int k = 0; k < 3; ++k) {
       switch ((rep + k) % 3) {
         case 0: {
-          STRATA_ASSIGN_OR_RETURN(double s, DaemonStep(*rank, rep + 1));
+          double exposed = 0;
+          STRATA_ASSIGN_OR_RETURN(double s, DaemonStep(*rank, rep + 1, &exposed));
           r.step_s.push_back(s);
+          r.exposed_s.push_back(exposed);
           STRATA_ASSIGN_OR_RETURN(StepBreakdown b, client_->LastStep(spec.name));
           r.daemon_steps.push_back(b);
           break;
@@ -406,14 +423,20 @@ absl::StatusOr<ModeResult> OffloadBench::RunMode(JobMode mode) {
 }
 
 void OffloadBench::Report() const {
-  std::printf("\n%-9s %8s %6s %5s %8s %11s %8s %9s %10s %8s\n", "mode", "params", "shards", "steps", "step s",
-              "optimizer s", "io s", "inspect s", "max(parts)", "overlap");
+  std::printf("\n%-9s %8s %6s %5s %8s %12s %11s %8s %9s %10s %8s\n", "mode", "params", "shards", "steps", "step s",
+              "after grads", "optimizer s", "io s", "inspect s", "max(parts)", "overlap");
   for (const ModeResult& r : results_) {
-    std::printf("%-9s %8s %6u %5zu %8.3f %11.3f %8.3f %9.3f %10.3f %8.3f\n", ModeName(r.mode),
-                FormatCount(r.params).c_str(), r.shards, r.step_s.size(), r.step(), r.optimizer(), r.io(),
-                Median(r.inspect_s), r.slowest_part(), r.efficiency());
+    std::printf("%-9s %8s %6u %5zu %8.3f %12.3f %11.3f %8.3f %9.3f %10.3f %8.3f\n", ModeName(r.mode),
+                FormatCount(r.params).c_str(), r.shards, r.step_s.size(), r.step(), Median(r.exposed_s),
+                r.optimizer(), r.io(), Median(r.inspect_s), r.slowest_part(), r.efficiency());
   }
-  std::printf("\nmedians of %u rounds; step s = trainer side, first GradReady to WaitStep's return; optimizer s = "
+  if (f_.backward_s > 0) {
+    std::printf("\nthe trainer's backward: %.3f s per step (--backward_s), spread evenly before the gradients and "
+                "inside step s; after grads = the step's time after the last gradient's GradReady, what the "
+                "trainer waits for beyond its backward\n", f_.backward_s);
+  }
+  std::printf("\nmedians of %u rounds; step s = trainer side, first gradient to WaitStep's return; after grads = "
+              "from the last GradReady; optimizer s = "
               "CpuOptimizer::Step alone on the same elements, %u threads, fp16 grads in and fp16 params out; io s = "
               "the step's NVMe reads and writes alone, one after another; inspect s = the daemon's per-gradient "
               "inf/nan check and norm alone (inside step s, not a part); overlap = max(optimizer s, io s) / step s\n",
@@ -498,6 +521,13 @@ void OffloadBench::Report() const {
                   FormatBytes(static_cast<uint64_t>(io_bytes)).c_str(), floor,
                   r.io() >= r.optimizer() ? ", the lowest step ratio this budget allows on a disk-bound step" : "");
     }
+    if (f_.backward_s > 0) {
+      std::printf("  infinity %s: with a backward of %.3f s the step ends %.3f s after the last gradient, %.3fx "
+                  "max(optimizer, NVMe); the step target below is of a step without backward (--backward_s 0)\n",
+                  FormatCount(r.params).c_str(), f_.backward_s, Median(r.exposed_s),
+                  Median(r.exposed_s) / r.slowest_part());
+      continue;
+    }
     const double ratio = r.step() / r.slowest_part();
     std::printf("  infinity %s step <= %.2fx max(optimizer, NVMe) for 200M params%s: %.3fx -> %s\n", FormatCount(r.params).c_str(), kInfinityTarget,
                 r.params == kTargetParams ? "" : absl::StrCat(" (this run: ", FormatCount(r.params), ")").c_str(),
@@ -528,6 +558,9 @@ absl::Status OffloadBench::WriteJson() const {
                      {"shards", r.shards},
                      {"threads", f_.threads},
                      {"gradient_clipping", f_.gradient_clipping},
+                     {"backward_s", f_.backward_s},
+                     {"after_grads_s", Median(r.exposed_s)},
+                     {"after_grads_s_runs", r.exposed_s},
                      {"warmup_step_s", r.warmup_s},
                      {"io_read_bytes_per_step", r.io_read_bytes},
                      {"io_written_bytes_per_step", r.io_written_bytes},
@@ -636,6 +669,13 @@ int RunOffloadBench(int argc, char** argv) {
   }, "the job's gradient_clipping (default 0: none). With clipping the daemon waits for every gradient's norm "
      "before stepping any shard (no early steps); the benchmark's gradients have a norm far below 1e6, so "
      "1e6 costs the wait without changing the arithmetic");
+  cl.AddParsed("backward_s", [&](absl::string_view v) -> absl::Status {
+    if (!absl::SimpleAtod(v, &f.backward_s) || !(f.backward_s >= 0) || !(f.backward_s <= 3600)) {
+      return absl::InvalidArgumentError(absl::StrCat("--backward_s '", v, "': use seconds from 0 to 3600"));
+    }
+    return absl::OkStatus();
+  }, "the trainer's backward per step, in seconds, spread evenly before the gradients (default 0: all sent at "
+     "once). The table's 'after grads' is then what the trainer waits for beyond it: the step's exposed part");
   cl.AddParsed("steps", [&](absl::string_view v) -> absl::Status {
     STRATA_ASSIGN_OR_RETURN(uint64_t n, ParseWhole(v, 1, 1000));
     f.steps = static_cast<uint32_t>(n);
