@@ -73,8 +73,8 @@ struct StepTimes {
   double params_home_s = 0;  // the pipeline's shard_done (new params written home)
   double end_s = 0;          // the pipeline's EndStep (its writes drained)
   double commit_s = 0;       // CommitWithRecord (Infinity: the step made durable)
-  // Shards stepped while gradients were still coming in (Job::Inspect's
-  // early path); the step's pass did the rest.
+  // Shards stepped while gradients were still coming in (the early path:
+  // Job::Inspect, and RunEarlySteps' passes); the step's pass did the rest.
   uint64_t shards_early = 0;
   // Infinity: gradient bytes written to NVMe because the window was full
   // (since the previous step ended) and read back by this step -- NVMe
