@@ -809,7 +809,7 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   }
   std::optional<StepHooks> hooks = pipeline_->EarlyStepLocked(mu_, rank, index, slot);
   if (!hooks.has_value()) return;
-  StepEarlyLocked({ShardId{rank, index}}, *hooks);
+  StepEarlyLocked({ShardId{rank, index}}, AllSlotsLocked(), *hooks);
 }
 
 void Job::RunEarlySteps() {
@@ -834,8 +834,7 @@ void Job::RunEarlySteps() {
   if (ids.empty()) return;
   // One set of hooks for the pass: each shard's own. per_shard and slots
   // outlive the pass (StepEarlyLocked returns after it).
-  std::vector<std::vector<ExchangeSlot>> slots;
-  for (const RankState& r : ranks_) slots.push_back(r.slots);
+  const std::vector<std::vector<ExchangeSlot>> slots = AllSlotsLocked();
   auto of = [&per_shard](const ShardId& id) -> const StepHooks& { return per_shard.at({id.rank, id.index}); };
   StepHooks hooks;
   hooks.param_target = [this, &of, &slots](const ShardId& id) {
@@ -846,14 +845,20 @@ void Job::RunEarlySteps() {
     const StepHooks& h = of(id);
     return h.shard_done ? h.shard_done(id) : absl::OkStatus();
   };
-  StepEarlyLocked(ids, hooks);
+  StepEarlyLocked(ids, slots, hooks);
 }
 
-void Job::StepEarlyLocked(const std::vector<ShardId>& ids, const StepHooks& hooks) {
+std::vector<std::vector<ExchangeSlot>> Job::AllSlotsLocked() const {
+  std::vector<std::vector<ExchangeSlot>> slots;
+  slots.reserve(ranks_.size());
+  for (const RankState& r : ranks_) slots.push_back(r.slots);
+  return slots;
+}
+
+void Job::StepEarlyLocked(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
+                          const StepHooks& hooks) {
   const int64_t optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
   const float grad_scale = static_cast<float>(1.0 / scaler_.scale());
-  std::vector<std::vector<ExchangeSlot>> slots;
-  for (const RankState& r : ranks_) slots.push_back(r.slots);
   const std::vector<OptimizerHyperparams> hp = HyperparamsLocked();
   for (const ShardId& id : ids) barrier_.MarkApplied(id.rank, id.index);
   mu_.Unlock();
@@ -1014,7 +1019,7 @@ void Job::RunStep() {
     scaler_enabled = scaler_.enabled();
     step = barrier_.next_step();
     optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
-    for (const RankState& r : ranks_) slots.push_back(r.slots);
+    slots = AllSlotsLocked();
     hp = HyperparamsLocked();
   }
   // Norms are of the scaled gradients; unscale before clipping, as DeepSpeed does.

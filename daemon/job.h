@@ -363,9 +363,13 @@ class Job {
   // pipeline takes (a durable job's states stream from NVMe: a pass over
   // several shards overlaps one's load and save with the others').
   void RunEarlySteps();
-  // Steps `ids` early (the pipeline's `hooks`), outside mu_; on failure the
-  // job fails as a failed step does. REQUIRES: mu_ held (released meanwhile).
-  void StepEarlyLocked(const std::vector<ShardId>& ids, const StepHooks& hooks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Steps `ids` early (the pipeline's `hooks`; `slots`: a copy of every
+  // rank's, AllSlotsLocked), outside mu_; on failure the job fails as a
+  // failed step does. REQUIRES: mu_ held (released meanwhile).
+  void StepEarlyLocked(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
+                       const StepHooks& hooks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A copy of every rank's slots (a pass runs outside mu_ on it).
+  std::vector<std::vector<ExchangeSlot>> AllSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the job's uncommitted NVMe writes (a failed step), unless it was
   // superseded; takes commit_mu_ only.
   void RollbackUncommitted();
