@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <chrono>
 #include <thread>
 #include <memory>
 #include <string>
@@ -234,7 +234,8 @@ absl::Status OffloadBench::Prepare() {
   return absl::OkStatus();
 }
 
-// Trainer-side step time: from the first GradReady to WaitStep's return.
+// Trainer-side step time: from the start of the step's backward (--backward_s; none: the first
+// gradient) to WaitStep's return.
 absl::StatusOr<double> OffloadBench::DaemonStep(RankSession& rank, uint64_t step, double* exposed) {
   const int64_t start = MonotonicNanos();
   const auto backward_per_shard = std::chrono::duration<double>(
