@@ -151,6 +151,7 @@ class ExtentStoreImpl final : public ExtentStore {
   absl::StatusOr<uint64_t> SizeOf(const ShardKey& key) const override;
   bool Contains(const ShardKey& key) const override;
   absl::Status Delete(const ShardKey& key) override;
+  absl::Status Rename(const ShardKey& from, const ShardKey& to) override;
   absl::Status Commit(uint64_t owner) override { return CommitImpl(true, owner, /*force_sync=*/false); }
   absl::Status Commit() override { return CommitImpl(false, 0, /*force_sync=*/false); }
   absl::Status Sync() override { return CommitImpl(false, 0, /*force_sync=*/true); }
@@ -740,6 +741,53 @@ absl::Status ExtentStoreImpl::Delete(const ShardKey& key) {
   c.record.generation = next_generation_++;
   pending.changes.push_back(c);
   entries_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status ExtentStoreImpl::Rename(const ShardKey& from, const ShardKey& to) {
+  if (from == to) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("renaming shard ", ShardKeyToString(from), " onto itself; name another key"));
+  }
+  if (OwnerOf(from) != OwnerOf(to)) {
+    return absl::InvalidArgumentError(absl::StrCat("renaming shard ", ShardKeyToString(from), " to ",
+                                                   ShardKeyToString(to),
+                                                   ": the keys belong to different jobs, whose commits are apart"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(from);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(absl::StrCat("renaming shard ", ShardKeyToString(from), ": not on NVMe"));
+  }
+  if (it->second.committed) {
+    // The manifest has (or is getting) the extent under `from`: moving it
+    // would need a delete of `from` that must not free it, and a later
+    // replace of `to` could not free it either. Not needed: renames follow
+    // writes of the same step.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "renaming shard ", ShardKeyToString(from), " to ", ShardKeyToString(to),
+        ": its latest version is committed; only a version written since the owner's last commit can be renamed "
+        "(write it again, or copy it)"));
+  }
+  ExtentRecord rec = it->second.record;
+  entries_.erase(it);
+  Pending& pending = pending_[OwnerOf(from)];
+  // `from`'s puts leave the journal-to-be (an older uncommitted version's
+  // extent is free already); a version the manifest holds is deleted.
+  std::erase_if(pending.changes,
+                [&](const ManifestChange& c) { return !c.is_delete && c.record.key == from; });
+  if (durable_.contains(from)) {
+    ManifestChange c;
+    c.is_delete = true;
+    c.record.key = from;
+    c.record.generation = next_generation_++;
+    pending.changes.push_back(c);
+  }
+  rec.key = to;
+  auto old = entries_.find(to);
+  if (old != entries_.end()) ReleaseLocked(old->second, &pending);
+  entries_[to] = Entry{rec, /*committed=*/false};
+  pending.changes.push_back(ManifestChange{false, rec});
   return absl::OkStatus();
 }
 

@@ -171,6 +171,20 @@ class ExtentStore {
   // Removes `key` (durable at the next Commit). NotFound if absent.
   virtual absl::Status Delete(const ShardKey& key) = 0;
 
+  // Makes the latest version of `from` the new version of `to`, moving no
+  // data: its extent, size, generation and checksum (seeded by the
+  // generation, not the key) now belong to `to`, and `from` is gone. Both
+  // changes are durable at the owner's next Commit, together; until then a
+  // crash or Rollback leaves `to` as it was and `from` absent. `to`'s
+  // previous version is released as a Write would release it. Written under
+  // a scratch key and renamed at the right moment, a shard is stored once
+  // (the daemon's early-stepped params: docs/DAEMON.md). Errors: NotFound
+  // when `from` is absent; InvalidArgument when the keys are equal or have
+  // different owners; FailedPrecondition when `from`'s latest version was
+  // committed (or is being committed) -- a rename applies to writes of the
+  // owner's open step only.
+  virtual absl::Status Rename(const ShardKey& from, const ShardKey& to) = 0;
+
   // Makes `owner`'s writes and deletes so far durable, atomically, as
   // described above; other owners' pending changes stay pending.
   virtual absl::Status Commit(uint64_t owner) = 0;
