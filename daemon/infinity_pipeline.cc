@@ -8,7 +8,6 @@
 #include "core/status_macros.h"
 #include "daemon/job.h"
 #include "daemon/nvme_shard_state_store.h"
-#include "swap/checksum.h"
 #include "swap/extent_store.h"
 
 namespace strata {
@@ -90,7 +89,6 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
     init_batch_bytes_ = std::max(rank_share, largest_param_slot);
   }
   STRATA_ASSIGN_OR_RETURN(grad_spill_, GradSpill::Create(job_id_, nvme_, largest_grad_slot));
-  largest_param_slot_ = largest_param_slot;
   if (pinned_ != nullptr) {
     // The window's budget, the staging that spilled gradients come back
     // through and the one the step writes new params into.
@@ -99,6 +97,12 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
         pinned_->Reserve(budget + grad_spill_->staging_bytes() + largest_param_slot,
                          absl::StrCat("job '", job_name_, "' window (pinned_budget_bytes)")));
   }
+  // Where steps (early ones too) write new params (counted above); touched
+  // now, as a step's first write into fresh pages costs as much as the
+  // window's faults this staging avoids.
+  STRATA_ASSIGN_OR_RETURN(param_staging_, AlignedBuffer::Allocate(std::max<uint64_t>(largest_param_slot, 1),
+                                                                  nvme_->alignment()));
+  std::memset(param_staging_.data(), 0, param_staging_.size());
   ParamCache::Locate locate = [regions](uint32_t r, uint32_t index) {
     const auto [slot, bytes] = regions->ParamShard(r, index);
     return ParamCache::ShardRef{slot, bytes};
@@ -221,7 +225,10 @@ absl::Status InfinityPipeline::AfterInspectLocked(absl::Mutex& job_mu, uint32_t 
   // Clean params go first: they are copies of their NVMe homes.
   const uint64_t params = param_cache_->SetReserved(grad_resident_bytes_);
   const bool rank_fits = grad_room_ == 0 || grad_held_[rank] <= grad_keep_;
-  if (params + grad_resident_bytes_ <= param_budget_ && rank_fits) return absl::OkStatus();
+  // A gradient an early step will take leaves its slot as soon as it is
+  // stepped (EarlyStepLocked): spilling it would only write it out and read
+  // it back. The rank's trainer waits for that room (WaitGradRoom) instead.
+  if (params + grad_resident_bytes_ <= param_budget_ && (rank_fits || early_apply_)) return absl::OkStatus();
   // Still over (pinned params, gradients alone fill the budget, or the rank
   // holds more than its keep): this gradient, inspected already, goes to NVMe
   // until the step needs it.
@@ -262,22 +269,31 @@ GradWindow InfinityPipeline::GradWindowLocked(absl::Mutex& /*job_mu*/, uint32_t 
   return w;
 }
 
+ShardKey InfinityPipeline::SteppedKey(uint64_t job_id, uint32_t rank, uint32_t index) {
+  return ShardKey{JobId(job_id), Rank(rank), TensorId(index), TensorKind::kParam16, 1};
+}
+
 std::optional<StepHooks> InfinityPipeline::EarlyStepLocked(absl::Mutex& job_mu, uint32_t rank,
                                                            uint32_t index, const ExchangeSlot& slot) {
   if (!early_apply_ || param_cache_ == nullptr || grad_at_[rank][index] != kInSlot) return std::nullopt;
-  // The new params go over the gradient, element by element as it is read
-  // (the kernels allow that exactly: the same place, elements of one size).
-  if (dtypes_.ParamSlotBytes(slot) != dtypes_.GradSlotBytes(slot)) return std::nullopt;
-  // From here on the slot is not a gradient: no spill, no re-send (the
+  // From here on the shard's gradient is taken: no spill, no re-send (the
   // barrier takes a shard stepped early as done).
   grad_at_[rank][index] = kStepped;
   StepHooks hooks;
-  hooks.param_target = [this, rank, slot](const ShardId&) { return regions_->GradSlot(rank, slot); };
+  // The step's staging (the pass steps its shards one after another, and
+  // the step's own pass runs apart from it: both hold the job's states lock).
+  hooks.param_target = [this](const ShardId&) { return param_staging_.data(); };
   hooks.shard_done = [this, &job_mu, rank, index, slot](const ShardId&) {
-    const uint64_t sum =
-        ComputeChecksum(ChecksumKind::kXxh3, 0, regions_->GradSlot(rank, slot), dtypes_.ParamSlotBytes(slot));
-    absl::MutexLock lock(&job_mu);
-    stepped_sums_[{rank, index}] = sum;
+    const uint64_t bytes = dtypes_.ParamSlotBytes(slot);
+    absl::Status written =
+        nvme_->Write(SteppedKey(job_id_, rank, index), absl::MakeConstSpan(param_staging_.data(), bytes));
+    if (!written.ok()) {
+      return absl::Status(written.code(), absl::StrCat("writing the early-stepped params of shard ", index,
+                                                       " of rank ", rank, " to NVMe: ", written.message()));
+    }
+    // The gradient is consumed and the params wait on NVMe: the slot's
+    // memory goes back now, and the rank's trainer may write the next one.
+    FreeGradSlot(job_mu, rank, index, slot, kStepped);
     return absl::OkStatus();
   };
   return hooks;
@@ -294,33 +310,31 @@ absl::Status InfinityPipeline::StoreSteppedParams(absl::Mutex& job_mu) {
     }
   }
   for (const auto& [rank, index] : stepped) {
-    const ExchangeSlot& slot = (*step_slots_)[rank][index];
-    const uint64_t bytes = dtypes_.ParamSlotBytes(slot);
-    std::optional<uint64_t> expected;
-    {
-      absl::MutexLock lock(&job_mu);
-      if (auto it = stepped_sums_.find({rank, index}); it != stepped_sums_.end()) expected = it->second;
+    const ShardKey pending = SteppedKey(job_id_, rank, index);
+    absl::Status installed = param_cache_->InstallHome(rank, index, pending);
+    if (absl::IsFailedPrecondition(installed)) {
+      // A copy pinned or moving (not during an update, but cheap to
+      // survive): read back and stored the way the step stores params.
+      const uint64_t bytes = dtypes_.ParamSlotBytes((*step_slots_)[rank][index]);
+      absl::StatusOr<uint64_t> got = nvme_->Read(pending, param_staging_.span());
+      installed = got.ok() ? param_cache_->StoreHomeFrom(rank, index, absl::MakeConstSpan(param_staging_.data(), bytes))
+                           : got.status();
+      if (installed.ok()) installed = nvme_->Delete(pending);
     }
-    if (!expected.has_value() ||
-        ComputeChecksum(ChecksumKind::kXxh3, 0, regions_->GradSlot(rank, slot), bytes) != *expected) {
-      return absl::DataLossError(absl::StrCat(
-          "rank ", rank, " wrote the gradient slot of shard ", index, " after its GradReady, when the daemon had "
-          "stepped the shard early and its new params were waiting there; write a gradient slot only before its "
-          "GradReady (a gradient sent again after the shard was stepped is not taken)"));
-    }
-    STRATA_RETURN_IF_ERROR(
-        param_cache_->StoreHomeFrom(rank, index, absl::MakeConstSpan(regions_->GradSlot(rank, slot), bytes)));
-    FreeGradSlot(job_mu, rank, index, slot);
+    STRATA_RETURN_IF_ERROR(installed);
+    absl::MutexLock lock(&job_mu);
+    grad_at_[rank][index] = kNowhere;
   }
   return absl::OkStatus();
 }
 
-void InfinityPipeline::FreeGradSlot(absl::Mutex& job_mu, uint32_t rank, uint32_t index, const ExchangeSlot& slot) {
+void InfinityPipeline::FreeGradSlot(absl::Mutex& job_mu, uint32_t rank, uint32_t index, const ExchangeSlot& slot,
+                                    GradAt now) {
   regions_->DiscardGradSlot(rank, slot);
   uint64_t reserved;
   {
     absl::MutexLock lock(&job_mu);
-    grad_at_[rank][index] = kNowhere;
+    grad_at_[rank][index] = now;
     grad_resident_bytes_ -= dtypes_.GradSlotBytes(slot);
     grad_held_[rank] -= dtypes_.GradSlotBytes(slot);
     reserved = grad_resident_bytes_;
@@ -334,15 +348,6 @@ StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<Sha
   {
     absl::MutexLock lock(&job_mu);
     step_grad_at_ = grad_at_;
-  }
-  if (param_staging_.size() < largest_param_slot_) {
-    // Once per job, touched now: a step's first write into fresh pages
-    // costs as much as the window's faults this staging avoids.
-    absl::StatusOr<AlignedBuffer> staging = AlignedBuffer::Allocate(largest_param_slot_, nvme_->alignment());
-    if (staging.ok()) {
-      std::memset(staging->data(), 0, staging->size());
-      param_staging_ = std::move(*staging);
-    }
   }
   step_grad_at_.resize(slots.size());
   step_slots_ = &slots;
@@ -361,21 +366,15 @@ StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<Sha
     if (step_grad_at_[id.rank][id.index] == kSpilled) return grad_spill_->Next(id);
     return regions_->GradSlot(id.rank, (*step_slots_)[id.rank][id.index]);
   };
-  // New params go to the staging (without it, a failed allocation above,
-  // into their slots as before).
-  const bool staged = param_staging_.size() >= largest_param_slot_;
-  if (staged) {
-    hooks.param_target = [this](const ShardId&) { return param_staging_.data(); };
-  }
-  // The window: as each shard is stepped its gradient slot is freed and its
-  // new params go home; the cache keeps the param slot only within the
-  // budget, so the step never has every slot in memory at once.
-  hooks.shard_done = [this, &job_mu, staged](const ShardId& id) {
-    if (step_grad_at_[id.rank][id.index] == kInSlot) {
-      FreeGradSlot(job_mu, id.rank, id.index, (*step_slots_)[id.rank][id.index]);
-    }
-    if (!staged) return param_cache_->StoreHome(id.rank, id.index);
-    const uint64_t bytes = dtypes_.ParamSlotBytes((*step_slots_)[id.rank][id.index]);
+  // New params go to the staging. The window: as each shard is stepped its
+  // gradient slot is freed and its new params go home; the cache keeps the
+  // param slot only within the budget, so the step never has every slot in
+  // memory at once.
+  hooks.param_target = [this](const ShardId&) { return param_staging_.data(); };
+  hooks.shard_done = [this, &job_mu](const ShardId& id) {
+    const ExchangeSlot& slot = (*step_slots_)[id.rank][id.index];
+    if (step_grad_at_[id.rank][id.index] == kInSlot) FreeGradSlot(job_mu, id.rank, id.index, slot, kNowhere);
+    const uint64_t bytes = dtypes_.ParamSlotBytes(slot);
     return param_cache_->StoreHomeFrom(id.rank, id.index, absl::MakeConstSpan(param_staging_.data(), bytes));
   };
   return hooks;
@@ -391,23 +390,30 @@ void InfinityPipeline::EndStep(absl::Mutex& job_mu) {
 void InfinityPipeline::SkipStep(absl::Mutex& job_mu) { ClearGradsAfterStep(job_mu); }
 
 void InfinityPipeline::ClearGradsAfterStep(absl::Mutex& job_mu) {
-  std::vector<std::pair<uint32_t, uint32_t>> in_slot;
+  std::vector<std::pair<uint32_t, uint32_t>> in_slot, stepped;
   {
     absl::MutexLock lock(&job_mu);
     for (uint32_t rank = 0; rank < grad_at_.size(); ++rank) {
       std::vector<GradAt>& at = grad_at_[rank];
       for (uint32_t i = 0; i < at.size(); ++i) {
-        if (at[i] == kInSlot || at[i] == kStepped) in_slot.emplace_back(rank, i);
+        if (at[i] == kInSlot) in_slot.emplace_back(rank, i);
+        if (at[i] == kStepped) stepped.emplace_back(rank, i);
         at[i] = kNowhere;
       }
     }
     grad_resident_bytes_ = 0;
     std::fill(grad_held_.begin(), grad_held_.end(), 0);
-    stepped_sums_.clear();
     grad_bytes_read_back_ = grad_spill_->read_back_bytes();
   }
   // The step consumed them; the next step's gradients are written anew.
   for (const auto& [rank, index] : in_slot) regions_->DiscardGradSlot(rank, index);
+  // A skipped or failed step's early params (a rollback dropped them
+  // already, being uncommitted writes; a delete of what is left makes it
+  // net nothing in the next commit).
+  for (const auto& [rank, index] : stepped) {
+    const ShardKey pending = SteppedKey(job_id_, rank, index);
+    if (nvme_->Contains(pending)) (void)nvme_->Delete(pending);
+  }
   param_cache_->SetReserved(0);
   grad_spill_->EndReadback();
   grad_spill_->DeleteAll();

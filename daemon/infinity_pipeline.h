@@ -6,15 +6,15 @@
 // not fit is written to NVMe (GradSpill) once inspected and read back, in
 // step order, when the step needs it. Without clipping, a shard whose
 // gradient is inspected while others are still coming in is stepped then
-// (EarlyStepLocked): its new params wait in its gradient slot and go home
-// when the step starts.
+// (EarlyStepLocked): its new params wait on NVMe under a key of their own,
+// its slot is freed at once, and the step's start renames them onto the
+// shard's home.
 #ifndef STRATA_DAEMON_INFINITY_PIPELINE_H_
 #define STRATA_DAEMON_INFINITY_PIPELINE_H_
 
 #include <string>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "daemon/grad_spill.h"
 #include "daemon/param_cache.h"
 #include "daemon/pinned_budget.h"
@@ -78,11 +78,12 @@ class InfinityPipeline final : public StepPipeline {
   GradWindow GradWindowLocked(absl::Mutex& job_mu, uint32_t rank) const override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
   // A gradient still in its slot is stepped now (Job::RunEarlySteps: in one
-  // pass with the others inspected meanwhile), its new params written over
-  // it (the slot's memory is already counted; no param slot, home or cached
-  // copy is touched until the step starts, so a trainer still acquiring
-  // params for backward, the prefetcher and an overflow's rollback find them
-  // as they were). A spilled gradient waits for the step.
+  // pass with the others inspected meanwhile): its new params are written to
+  // NVMe under a key of their own (SteppedKey) and its slot is freed at once;
+  // no param slot, home or cached copy changes until the step starts, so a
+  // trainer still acquiring params for backward, the prefetcher and an
+  // overflow's rollback (which drops the uncommitted writes) find them as
+  // they were. A spilled gradient waits for the step.
   std::optional<StepHooks> EarlyStepLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index,
                                                    const ExchangeSlot& slot) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
@@ -93,14 +94,18 @@ class InfinityPipeline final : public StepPipeline {
 
  private:
   // Where a shard's gradient of the open step is (kStepped: the shard was
-  // stepped early and its slot holds the new params).
+  // stepped early, its new params are on NVMe under SteppedKey and its slot
+  // is free).
   enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled, kStepped };
-  // Step start: the new params of the shards stepped early go home from
-  // their gradient slots, which are then freed.
+  // An early-stepped shard's new params until the step starts: the home's
+  // key with index 1 (never committed: renamed onto the home or dropped).
+  static ShardKey SteppedKey(uint64_t job_id, uint32_t rank, uint32_t index);
+  // Step start: the params of the shards stepped early become their homes'
+  // new versions (ParamCache::InstallHome: renamed, not copied).
   absl::Status StoreSteppedParams(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu);
-  // A shard's gradient slot is done with (stepped, or its new params gone
-  // home): its memory goes back and the window's clean params may use it.
-  void FreeGradSlot(absl::Mutex& job_mu, uint32_t rank, uint32_t index, const ExchangeSlot& slot)
+  // A shard's gradient slot is done with (stepped): its memory goes back,
+  // the window's clean params may use it, and the shard is `now`.
+  void FreeGradSlot(absl::Mutex& job_mu, uint32_t rank, uint32_t index, const ExchangeSlot& slot, GradAt now)
       ABSL_LOCKS_EXCLUDED(job_mu);
   // After the step: every gradient slot's memory back, the spilled copies
   // deleted (before the commit, so none becomes durable).
@@ -127,19 +132,13 @@ class InfinityPipeline final : public StepPipeline {
   std::function<void()> rollback_;
   std::unique_ptr<ParamCache> param_cache_;
   std::unique_ptr<GradSpill> grad_spill_;
-  // Where the step writes a shard's new params (the largest param slot,
-  // pre-faulted, on transparent huge pages): they go home from here, and
-  // into the window slot only when the cache keeps them (StoreHomeFrom).
+  // Where a step (early or not) writes a shard's new params (the largest
+  // param slot, pre-faulted): they go home, or under SteppedKey, from here,
+  // and into the window slot only when the cache keeps them (StoreHomeFrom).
   AlignedBuffer param_staging_;
-  uint64_t largest_param_slot_ = 0;
 
   // Guarded by the job's lock (the job_mu the ...Locked methods take).
   std::vector<std::vector<GradAt>> grad_at_;  // per rank and shard
-  // A kStepped slot's checksum once its new params were written: the slot is
-  // the trainer's memory, and a trainer that writes it again (re-sending the
-  // gradient, which the barrier takes as a duplicate) must not have its
-  // gradient stored home as params.
-  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint64_t> stepped_sums_;
   // GradReady signals per shard (any step): a spill that finds the count
   // changed leaves the slot alone -- it holds a re-sent gradient.
   std::vector<std::vector<uint64_t>> grad_signals_;

@@ -841,9 +841,13 @@ void Job::RunEarlySteps() {
     const StepHooks& h = of(id);
     return h.param_target ? h.param_target(id) : regions_.ParamSlot(id.rank, slots[id.rank][id.index]);
   };
-  hooks.shard_done = [&of](const ShardId& id) {
+  hooks.shard_done = [this, &of](const ShardId& id) {
     const StepHooks& h = of(id);
-    return h.shard_done ? h.shard_done(id) : absl::OkStatus();
+    absl::Status s = h.shard_done ? h.shard_done(id) : absl::OkStatus();
+    // A stepped shard may free its gradient slot: the trainer may be waiting for that room.
+    absl::MutexLock lock(&mu_);
+    PublishGradWindowLocked(id.rank);
+    return s;
   };
   StepEarlyLocked(ids, slots, hooks);
 }

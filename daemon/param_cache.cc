@@ -273,6 +273,25 @@ absl::Status ParamCache::StoreHomeFrom(uint32_t rank, uint32_t index, absl::Span
   return StoreHome(rank, index);
 }
 
+absl::Status ParamCache::InstallHome(uint32_t rank, uint32_t index, const ShardKey& pending) {
+  if (absl::Status s = Usable(); !s.ok()) return s;
+  if (absl::Status s = EnsureShard(rank, index); !s.ok()) return s;
+  if (nvme_ == nullptr) return absl::FailedPreconditionError("no NVMe store");
+  const ShardRef ref = locate_(rank, index);
+  absl::StatusOr<uint64_t> size = nvme_->SizeOf(pending);
+  if (!size.ok()) {
+    return Context(size.status(), absl::StrCat("installing the new params of shard ", index, " of rank ", rank));
+  }
+  if (*size != ref.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("installing ", *size, " bytes of params (",
+                                                   ShardKeyToString(pending), ") as shard ", index, " of rank ",
+                                                   rank, ", whose slot is ", ref.bytes));
+  }
+  const ShardKey key = KeyOf(rank, index);
+  absl::Status s = store_->InstallHome(key, [&](Tier&, const TierSlot&) { return nvme_->Rename(pending, key); });
+  return Context(s, absl::StrCat("installing the new params of shard ", index, " of rank ", rank));
+}
+
 absl::Status ParamCache::ReadHome(uint32_t rank, uint32_t index, absl::Span<std::byte> into) const {
   const ShardRef ref = locate_(rank, index);
   if (nvme_ == nullptr) return absl::FailedPreconditionError("no NVMe store");

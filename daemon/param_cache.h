@@ -127,6 +127,16 @@ class ParamCache {
   // shard on the test machine, most of the step's optimizer and params-home
   // time at 800M, docs/DAEMON.md). Only between BeginUpdate and EndUpdate.
   absl::Status StoreHomeFrom(uint32_t rank, uint32_t index, absl::Span<const std::byte> params);
+  // The new params of shard (rank, index), which the caller wrote to NVMe
+  // under `pending` (a key of the job's own, since the job's last commit),
+  // become the home's new version without being moved (ExtentStore::Rename)
+  // and the cached copies are dropped: for params stepped before the step
+  // started (InfinityPipeline), stored once, not kept in memory meanwhile.
+  // FailedPrecondition, changing nothing, when a copy is pinned or moving or
+  // `pending` was committed (the caller then reads it back and uses
+  // StoreHomeFrom); InvalidArgument when its size is not the slot's. Only
+  // between BeginUpdate and EndUpdate.
+  absl::Status InstallHome(uint32_t rank, uint32_t index, const ShardKey& pending);
   // Reads the NVMe home of shard (rank, index) -- the params as of the last
   // step, whatever is resident -- into `into` (aligned, at least the slot's
   // padded bytes). A restored job's slots start empty; its homes do not.

@@ -1170,14 +1170,24 @@ absl::Status TieredStore::WriteShard(const Lease& lease, absl::Span<const std::b
 }
 
 absl::Status TieredStore::WriteHome(const ShardKey& key, absl::Span<const std::byte> src) {
+  return ReplaceHome(key, src.size(), [&](Tier* home, const TierSlot& slot) { return WriteFromHost(home, slot, src); });
+}
+
+absl::Status TieredStore::InstallHome(const ShardKey& key,
+                                      absl::FunctionRef<absl::Status(Tier& home, const TierSlot& slot)> install) {
+  return ReplaceHome(key, std::nullopt, [&](Tier* home, const TierSlot& slot) { return install(*home, slot); });
+}
+
+absl::Status TieredStore::ReplaceHome(const ShardKey& key, std::optional<uint64_t> src_bytes,
+                                      absl::FunctionRef<absl::Status(Tier*, const TierSlot&)> put) {
   Shard* shard = nullptr;
   TierSlot home_slot;
   {
     absl::MutexLock lock(&mu_);
     shard = FindLocked(key);
     if (shard == nullptr) return absl::NotFoundError(absl::StrCat("writing ", ShardKeyToString(key), " home: not found"));
-    if (src.size() != shard->size_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("writing ", src.size(), " bytes home to ", ShardKeyToString(key),
+    if (src_bytes.has_value() && *src_bytes != shard->size_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("writing ", *src_bytes, " bytes home to ", ShardKeyToString(key),
                                                      " of ", shard->size_bytes));
     }
     Copy& home = shard->copies[TierIndex(shard->home)];
@@ -1201,7 +1211,7 @@ absl::Status TieredStore::WriteHome(const ShardKey& key, absl::Span<const std::b
     ++home.io_refs;  // keeps the shard (RemoveShard refuses) while it is written
     home_slot = home.slot;
   }
-  const absl::Status status = WriteFromHost(tier(shard->home), home_slot, src);
+  const absl::Status status = put(tier(shard->home), home_slot);
   absl::MutexLock lock(&mu_);
   Copy& home = shard->copies[TierIndex(shard->home)];
   --home.io_refs;
@@ -1210,8 +1220,8 @@ absl::Status TieredStore::WriteHome(const ShardKey& key, absl::Span<const std::b
     ++shard->version;
     home.version = shard->version;
     for (StoreStats* st : {&stats_, &job_stats_[key.job]}) {
-      st->tiers[TierIndex(shard->home)].bytes_in += src.size();
-      st->bytes_down += src.size();
+      st->tiers[TierIndex(shard->home)].bytes_in += shard->size_bytes;
+      st->bytes_down += shard->size_bytes;
     }
     DropStaleLocked(*shard);
   }

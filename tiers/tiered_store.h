@@ -69,6 +69,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -241,6 +242,15 @@ class TieredStore {
   // stale and is dropped, but a pin taken on it in between would see a mix).
   // The bytes count as moved down into the home (its bytes_in, bytes_down).
   absl::Status WriteHome(const ShardKey& key, absl::Span<const std::byte> src);
+  // As WriteHome, but the caller stored the new version already, in the home
+  // tier's medium under a name of its own, and `install(home tier, home
+  // slot)` puts it in place of the home's version (for the NVMe home:
+  // ExtentStore::Rename, no data moved). Same preconditions and the same
+  // effect on the cached copies; the shard's bytes count as moved down, as
+  // the caller's write did move them. An error from `install` leaves the
+  // home as it was (the cached copies, clean copies of it, are dropped).
+  absl::Status InstallHome(const ShardKey& key,
+                           absl::FunctionRef<absl::Status(Tier& home, const TierSlot& slot)> install);
   // The leased copy's memory when its tier is host-addressable; else empty.
   absl::Span<std::byte> HostView(const Lease& lease);
 
@@ -356,6 +366,11 @@ class TieredStore {
   void DropCopyLocked(Shard& shard, TierKind t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops stale cached copies nobody uses.
   void DropStaleLocked(Shard& shard) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // WriteHome and InstallHome: checks (`src_bytes`, when given, against the
+  // shard's size), drops the cached copies, then `put` makes the home's new
+  // version (outside the lock; the home copy is held meanwhile).
+  absl::Status ReplaceHome(const ShardKey& key, std::optional<uint64_t> src_bytes,
+                           absl::FunctionRef<absl::Status(Tier*, const TierSlot&)> put) ABSL_LOCKS_EXCLUDED(mu_);
   size_t ExpireLeasesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Prepares (under the lock) a movement of the latest data into `dst`.

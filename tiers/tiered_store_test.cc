@@ -620,5 +620,48 @@ TEST_F(TieredStoreTest, WriteHomeAWrongSizeOrAnUnknownShardIsRefused) {
   ExpectInvariants();
 }
 
+// InstallHome: the caller put the new version in the home's medium itself;
+// the store drops the cached copies before and counts the bytes after.
+TEST_F(TieredStoreTest, InstallHomeTakesTheCallersVersionAndTheCachedCopyGoes) {
+  Add(1);
+  ASSERT_EQ(ReadVia(1, kDev), Filled(kShard, 1));
+  const uint64_t in_before = store().job_stats(JobId(1)).tier(kHome).bytes_in;
+  const std::vector<std::byte> fresh = Filled(kShard, 42);
+  bool cached_when_installed = true;
+  absl::Status s = store().InstallHome(TestKey(1), [&](Tier& home, const TierSlot& slot) {
+    cached_when_installed = store().IsResident(TestKey(1), kDev);
+    return home.Write(slot, fresh);
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_FALSE(cached_when_installed);  // dropped before, so no reader saw a mix
+  EXPECT_EQ(ReadVia(1, kDev), fresh);   // promoted anew from the home
+  EXPECT_EQ(store().job_stats(JobId(1)).tier(kHome).bytes_in - in_before, kShard);
+  ExpectInvariants();
+}
+
+TEST_F(TieredStoreTest, InstallHomeFailedOrRefusedLeavesTheHome) {
+  Add(1);
+  ASSERT_EQ(ReadVia(1, kDev), Filled(kShard, 1));
+  absl::Status failed = store().InstallHome(
+      TestKey(1), [](Tier&, const TierSlot&) { return absl::DataLossError("the renamed extent is gone"); });
+  EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss) << failed;
+  EXPECT_NE(failed.message().find("the renamed extent is gone"), std::string::npos) << failed;
+  EXPECT_EQ(ReadVia(1, kDev), Filled(kShard, 1));
+  // A pinned copy: refused before `install` runs.
+  auto lease = store().Acquire(TestKey(1), kDev, AccessMode::kRead);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  bool called = false;
+  absl::Status pinned = store().InstallHome(TestKey(1), [&](Tier&, const TierSlot&) {
+    called = true;
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(pinned.code(), absl::StatusCode::kFailedPrecondition) << pinned;
+  EXPECT_FALSE(called);
+  ASSERT_TRUE(store().Release(lease->id, false).ok());
+  EXPECT_EQ(store().InstallHome(TestKey(2), [](Tier&, const TierSlot&) { return absl::OkStatus(); }).code(),
+            absl::StatusCode::kNotFound);
+  ExpectInvariants();
+}
+
 }  // namespace
 }  // namespace strata
