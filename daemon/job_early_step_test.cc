@@ -41,13 +41,13 @@ constexpr int kSteps = 4;
 constexpr int kOverflowStep = 1;  // its last gradient (shard 0) holds an inf
 const absl::Duration kWait = absl::Seconds(30);
 
-JobSettings Settings(const std::string& name, const std::string& clipping) {
+JobSettings Settings(const std::string& name, const std::string& clipping, const std::string& grad_dtype = "fp16") {
   strata::v1::CreateJobRequest r;
   r.set_name(name);
   r.set_world_size(1);
   r.set_mode(strata::v1::MODE_INFINITY);
   r.set_param_dtype("fp16");
-  r.set_grad_dtype("fp16");
+  r.set_grad_dtype(grad_dtype);
   r.set_pinned_budget_bytes(1 << 20);
   r.set_deepspeed_config_json(absl::StrCat(
       R"({"gradient_clipping": )", clipping,
@@ -87,14 +87,15 @@ class JobEarlyStepTest : public ::testing::Test {
 
   // A registered job with shards of `numel` elements whose params are
   // Initial(shard, element); returns it and its rank's window.
-  std::pair<Job*, std::byte*> MakeJob(uint64_t id, const std::string& clipping, uint64_t numel = kNumel) {
+  std::pair<Job*, std::byte*> MakeJob(uint64_t id, const std::string& clipping, uint64_t numel = kNumel,
+                                      const std::string& grad_dtype = "fp16") {
     JobServices services;
     services.optimizer = optimizer_.get();
     services.nvme = scratch_->store();
     services.workers = workers_.get();
     services.params = params_.get();
     services.io_tile_bytes = 4096;
-    auto job = Job::Create(id, Settings(absl::StrCat("job", id), clipping), services);
+    auto job = Job::Create(id, Settings(absl::StrCat("job", id), clipping, grad_dtype), services);
     EXPECT_TRUE(job.ok()) << job.status();
     if (!job.ok()) return {nullptr, nullptr};
     std::vector<TensorSpec> tensors;
@@ -308,6 +309,45 @@ TEST_F(JobEarlyStepTest, AShardSteppedEarlyFreesItsSlotAndItsParamsWaitOnNvme) {
     ASSERT_TRUE(waits->Acquire(0, {i}, absl::Now() + kWait).ok());
     EXPECT_EQ(std::memcmp(window + slots[i].param_offset, waits_window + waits_slots[i].param_offset, kNumel * 2), 0)
         << "shard " << i;
+    ASSERT_TRUE(job->Release(0, {i}).ok());
+    ASSERT_TRUE(waits->Release(0, {i}).ok());
+  }
+}
+
+// fp16 params with fp32 gradients (elements of two sizes) are stepped early
+// as well -- the new params never go over the gradient -- and train the same
+// bits as the job that waits.
+TEST_F(JobEarlyStepTest, Fp32GradientsForFp16ParamsAreSteppedEarlyToo) {
+  auto [job, window] = MakeJob(7, "0", kNumel, "fp32");
+  auto [waits, waits_window] = MakeJob(8, "1e30", kNumel, "fp32");
+  ASSERT_NE(job, nullptr);
+  ASSERT_NE(waits, nullptr);
+  auto send = [](Job& j, std::byte* w, bool early) {
+    const std::vector<ExchangeSlot> slots = j.SlotsOf(0);
+    for (uint32_t i = kShards; i-- > 0;) {
+      float* g = reinterpret_cast<float*>(w + slots[i].grad_offset);
+      for (uint64_t e = 0; e < slots[i].layout.padded_numel; ++e) g[e] = Grad(i, e, 0);
+      ASSERT_TRUE(j.GradReady(0, i, 0).ok());
+      if (early && i > 0) ASSERT_TRUE(WaitForEarly(j, kShards - i));
+    }
+    auto outcome = j.WaitStep(0, absl::Now() + kWait);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_FALSE(outcome->skipped);
+  };
+  send(*job, window, true);
+  if (HasFatalFailure()) return;
+  send(*waits, waits_window, false);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(job->counters().last_step.shards_early, kShards - 1);
+  const std::vector<ExchangeSlot> slots = job->SlotsOf(0);
+  const std::vector<ExchangeSlot> waits_slots = waits->SlotsOf(0);
+  for (uint32_t i = 0; i < kShards; ++i) {
+    ASSERT_TRUE(job->Acquire(0, {i}, absl::Now() + kWait).ok());
+    ASSERT_TRUE(waits->Acquire(0, {i}, absl::Now() + kWait).ok());
+    EXPECT_EQ(std::memcmp(window + slots[i].param_offset, waits_window + waits_slots[i].param_offset, kNumel * 2), 0)
+        << "shard " << i;
+    EXPECT_NE(reinterpret_cast<const uint16_t*>(window + slots[i].param_offset)[5], Fp32ToFp16Bits(Initial(i, 5)))
+        << "shard " << i << " did not move";
     ASSERT_TRUE(job->Release(0, {i}).ok());
     ASSERT_TRUE(waits->Release(0, {i}).ok());
   }

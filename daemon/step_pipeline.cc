@@ -15,10 +15,8 @@ absl::StatusOr<std::unique_ptr<StepPipeline>> MakeStepPipeline(uint64_t job_id, 
     }
     // Early, speculatively under loss scaling (an overflow rolls the early
     // updates back), but not with clipping (the coefficient needs every
-    // norm). The new params wait in the gradient's slot (EarlyStepLocked),
-    // which needs elements of one size.
-    const bool early = settings.gradient_clipping <= 0 &&
-                       DTypeSize(settings.param_dtype) == DTypeSize(settings.grad_dtype);
+    // norm). The new params wait on NVMe until the step (EarlyStepLocked).
+    const bool early = settings.gradient_clipping <= 0;
     return std::make_unique<InfinityPipeline>(job_id, settings.name, settings.world_size,
                                               SlotDTypes{settings.param_dtype, settings.grad_dtype},
                                               settings.pinned_budget_bytes, services.nvme, services.pinned,
