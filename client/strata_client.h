@@ -201,6 +201,7 @@ struct StepBreakdown {
   double end_s = 0;           // the pipeline's end of step
   double commit_s = 0;        // the step made durable
   uint64_t shards_early = 0;  // shards stepped while gradients came in (not in stream_s)
+  uint64_t early_passes = 0;  // the passes that stepped them
   uint64_t grad_bytes_spilled = 0;    // gradients written to NVMe since the previous step (window full)
   uint64_t grad_bytes_read_back = 0;  // spilled gradients the step read back
   // gradients in + stream + end + commit: the daemon's share of the step.

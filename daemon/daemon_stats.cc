@@ -83,6 +83,7 @@ strata::v1::StepTimes StepTimesProto(const StepTimes& t) {
   p.set_end_s(t.end_s);
   p.set_commit_s(t.commit_s);
   p.set_shards_early(t.shards_early);
+  p.set_early_passes(t.early_passes);
   p.set_grad_bytes_spilled(t.grad_bytes_spilled);
   p.set_grad_bytes_read_back(t.grad_bytes_read_back);
   return p;

@@ -890,6 +890,7 @@ void Job::StepEarlyLocked(const std::vector<ShardId>& ids, const std::vector<std
   counters_.shards_stepped_early += ids.size();
   ++counters_.early_passes;
   open_step_shards_early_ += ids.size();
+  ++open_step_early_passes_;
 }
 
 void Job::RollbackUncommitted() {
@@ -1015,6 +1016,8 @@ void Job::RunStep() {
     if (grads_in_start_.has_value()) times.gradients_in_s = absl::ToDoubleSeconds(start - *grads_in_start_);
     times.shards_early = open_step_shards_early_;
     open_step_shards_early_ = 0;
+    times.early_passes = open_step_early_passes_;
+    open_step_early_passes_ = 0;
     StepStats stats = barrier_.LocalStats();
     if (settings_.external_step_agreement) stats = barrier_.CommittedOpenStep();
     overflow = stats.overflow;

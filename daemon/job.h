@@ -76,6 +76,9 @@ struct StepTimes {
   // Shards stepped while gradients were still coming in (the early path:
   // Job::Inspect, and RunEarlySteps' passes); the step's pass did the rest.
   uint64_t shards_early = 0;
+  // The passes that stepped them: RunEarlySteps steps the shards inspected
+  // since its last pass together (shards_early / early_passes a pass).
+  uint64_t early_passes = 0;
   // Infinity: gradient bytes written to NVMe because the window was full
   // (since the previous step ended) and read back by this step -- NVMe
   // traffic beyond the states and params that the budget costs.
@@ -439,6 +442,7 @@ class Job {
   // gradients-in phase); reset when the step ends.
   std::optional<absl::Time> grads_in_start_ ABSL_GUARDED_BY(mu_);
   uint64_t open_step_shards_early_ ABSL_GUARDED_BY(mu_) = 0;  // the open step's, so far
+  uint64_t open_step_early_passes_ ABSL_GUARDED_BY(mu_) = 0;
   // Durable jobs: shards inspected while the step waits for others, in
   // inspection order, for the next RunEarlySteps (queued once).
   std::vector<ShardId> early_ready_ ABSL_GUARDED_BY(mu_);

@@ -187,6 +187,7 @@ TEST_F(JobEarlyStepTest, ShardsSteppedEarlyTrainTheSameBitsAndAnOverflowRollsThe
   // step's three were rolled back.
   EXPECT_EQ(early_job->counters().shards_stepped_early, (kShards - 1) * kSteps);
   EXPECT_EQ(early_job->counters().last_step.shards_early, kShards - 1);
+  EXPECT_EQ(early_job->counters().last_step.early_passes, kShards - 1);  // the trainer waited for each
   EXPECT_EQ(waits_job->counters().shards_stepped_early, 0u);
   const std::vector<bool> expected_skips = {false, true, false, false};
   EXPECT_EQ(early.skipped, expected_skips);
@@ -238,6 +239,7 @@ TEST_F(JobEarlyStepTest, ShardsInspectedTogetherAreSteppedInOnePass) {
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_FALSE(outcome->skipped);
   EXPECT_EQ(job->counters().last_step.shards_early, kShards - 1);
+  EXPECT_EQ(job->counters().last_step.early_passes, 1u);
   const std::vector<ExchangeSlot> waits_slots = waits->SlotsOf(0);
   for (uint32_t i = kShards; i-- > 0;) {
     Fill(waits_window + waits_slots[i].grad_offset, waits_slots[i], grad);
