@@ -165,6 +165,36 @@ class JobEarlyStepTest : public ::testing::Test {
     read_params();
   }
 
+  // The job that waits for every gradient: step 0 with `grad`, in reverse.
+  template <typename Fn>
+  static void StepWaiting(Job& waits, std::byte* window, Fn grad) {
+    const std::vector<ExchangeSlot> slots = waits.SlotsOf(0);
+    for (uint32_t i = kShards; i-- > 0;) {
+      Fill(window + slots[i].grad_offset, slots[i], grad);
+      ASSERT_TRUE(waits.GradReady(0, i, 0).ok());
+    }
+    auto waited = waits.WaitStep(0, absl::Now() + kWait);
+    ASSERT_TRUE(waited.ok()) << waited.status();
+    EXPECT_EQ(waits.counters().shards_stepped_early, 0u);
+  }
+
+  // Every shard's params, as an acquire reads them, are the same bits in
+  // both jobs, and moved from their initial values.
+  static void ExpectSameParams(Job& job, std::byte* window, Job& waits, std::byte* waits_window, uint64_t numel) {
+    const std::vector<ExchangeSlot> slots = job.SlotsOf(0);
+    const std::vector<ExchangeSlot> waits_slots = waits.SlotsOf(0);
+    for (uint32_t i = 0; i < kShards; ++i) {
+      ASSERT_TRUE(job.Acquire(0, {i}, absl::Now() + kWait).ok());
+      ASSERT_TRUE(waits.Acquire(0, {i}, absl::Now() + kWait).ok());
+      EXPECT_EQ(std::memcmp(window + slots[i].param_offset, waits_window + waits_slots[i].param_offset, numel * 2), 0)
+          << "shard " << i;
+      EXPECT_NE(reinterpret_cast<const uint16_t*>(window + slots[i].param_offset)[5], Fp32ToFp16Bits(Initial(i, 5)))
+          << "shard " << i << " did not move";
+      ASSERT_TRUE(job.Release(0, {i}).ok());
+      ASSERT_TRUE(waits.Release(0, {i}).ok());
+    }
+  }
+
   std::unique_ptr<CpuOptimizer> optimizer_;
   std::unique_ptr<ScratchExtentStore> scratch_;
   std::unique_ptr<ParamStore> params_;
@@ -240,24 +270,9 @@ TEST_F(JobEarlyStepTest, ShardsInspectedTogetherAreSteppedInOnePass) {
   EXPECT_FALSE(outcome->skipped);
   EXPECT_EQ(job->counters().last_step.shards_early, kShards - 1);
   EXPECT_EQ(job->counters().last_step.early_passes, 1u);
-  const std::vector<ExchangeSlot> waits_slots = waits->SlotsOf(0);
-  for (uint32_t i = kShards; i-- > 0;) {
-    Fill(waits_window + waits_slots[i].grad_offset, waits_slots[i], grad);
-    ASSERT_TRUE(waits->GradReady(0, i, 0).ok());
-  }
-  auto waited = waits->WaitStep(0, absl::Now() + kWait);
-  ASSERT_TRUE(waited.ok()) << waited.status();
-  EXPECT_EQ(waits->counters().shards_stepped_early, 0u);
-  for (uint32_t i = 0; i < kShards; ++i) {
-    ASSERT_TRUE(job->Acquire(0, {i}, absl::Now() + kWait).ok());
-    ASSERT_TRUE(waits->Acquire(0, {i}, absl::Now() + kWait).ok());
-    EXPECT_EQ(std::memcmp(window + slots[i].param_offset, waits_window + waits_slots[i].param_offset, kOneTile * 2), 0)
-        << "shard " << i;
-    EXPECT_NE(reinterpret_cast<const uint16_t*>(window + slots[i].param_offset)[5],
-              Fp32ToFp16Bits(Initial(i, 5))) << "shard " << i << " did not move";
-    ASSERT_TRUE(job->Release(0, {i}).ok());
-    ASSERT_TRUE(waits->Release(0, {i}).ok());
-  }
+  StepWaiting(*waits, waits_window, grad);
+  if (HasFatalFailure()) return;
+  ExpectSameParams(*job, window, *waits, waits_window, kOneTile);
 }
 
 // A shard stepped early gives its gradient slot back at once: its new params
@@ -299,21 +314,9 @@ TEST_F(JobEarlyStepTest, AShardSteppedEarlyFreesItsSlotAndItsParamsWaitOnNvme) {
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_FALSE(outcome->skipped);
   EXPECT_FALSE(scratch_->store()->Contains(pending));  // renamed onto the home
-  const std::vector<ExchangeSlot> waits_slots = waits->SlotsOf(0);
-  for (uint32_t i = kShards; i-- > 0;) {
-    Fill(waits_window + waits_slots[i].grad_offset, waits_slots[i], grad);
-    ASSERT_TRUE(waits->GradReady(0, i, 0).ok());
-  }
-  auto waited = waits->WaitStep(0, absl::Now() + kWait);
-  ASSERT_TRUE(waited.ok()) << waited.status();
-  for (uint32_t i = 0; i < kShards; ++i) {
-    ASSERT_TRUE(job->Acquire(0, {i}, absl::Now() + kWait).ok());
-    ASSERT_TRUE(waits->Acquire(0, {i}, absl::Now() + kWait).ok());
-    EXPECT_EQ(std::memcmp(window + slots[i].param_offset, waits_window + waits_slots[i].param_offset, kNumel * 2), 0)
-        << "shard " << i;
-    ASSERT_TRUE(job->Release(0, {i}).ok());
-    ASSERT_TRUE(waits->Release(0, {i}).ok());
-  }
+  StepWaiting(*waits, waits_window, grad);
+  if (HasFatalFailure()) return;
+  ExpectSameParams(*job, window, *waits, waits_window, kNumel);
 }
 
 // fp16 params with fp32 gradients (elements of two sizes) are stepped early
@@ -341,18 +344,7 @@ TEST_F(JobEarlyStepTest, Fp32GradientsForFp16ParamsAreSteppedEarlyToo) {
   send(*waits, waits_window, false);
   if (HasFatalFailure()) return;
   EXPECT_EQ(job->counters().last_step.shards_early, kShards - 1);
-  const std::vector<ExchangeSlot> slots = job->SlotsOf(0);
-  const std::vector<ExchangeSlot> waits_slots = waits->SlotsOf(0);
-  for (uint32_t i = 0; i < kShards; ++i) {
-    ASSERT_TRUE(job->Acquire(0, {i}, absl::Now() + kWait).ok());
-    ASSERT_TRUE(waits->Acquire(0, {i}, absl::Now() + kWait).ok());
-    EXPECT_EQ(std::memcmp(window + slots[i].param_offset, waits_window + waits_slots[i].param_offset, kNumel * 2), 0)
-        << "shard " << i;
-    EXPECT_NE(reinterpret_cast<const uint16_t*>(window + slots[i].param_offset)[5], Fp32ToFp16Bits(Initial(i, 5)))
-        << "shard " << i << " did not move";
-    ASSERT_TRUE(job->Release(0, {i}).ok());
-    ASSERT_TRUE(waits->Release(0, {i}).ok());
-  }
+  ExpectSameParams(*job, window, *waits, waits_window, kNumel);
 }
 
 }  // namespace
