@@ -333,7 +333,9 @@ TEST_F(JobEarlyStepTest, Fp32GradientsForFp16ParamsAreSteppedEarlyToo) {
       float* g = reinterpret_cast<float*>(w + slots[i].grad_offset);
       for (uint64_t e = 0; e < slots[i].layout.padded_numel; ++e) g[e] = Grad(i, e, 0);
       ASSERT_TRUE(j.GradReady(0, i, 0).ok());
-      if (early && i > 0) ASSERT_TRUE(WaitForEarly(j, kShards - i));
+      if (early && i > 0) {
+        ASSERT_TRUE(WaitForEarly(j, kShards - i));
+      }
     }
     auto outcome = j.WaitStep(0, absl::Now() + kWait);
     ASSERT_TRUE(outcome.ok()) << outcome.status();
