@@ -412,7 +412,7 @@ void InfinityPipeline::ClearGradsAfterStep(absl::Mutex& job_mu) {
   // net nothing in the next commit).
   for (const auto& [rank, index] : stepped) {
     const ShardKey pending = SteppedKey(job_id_, rank, index);
-    if (nvme_->Contains(pending)) (void)nvme_->Delete(pending);
+    (void)nvme_->Delete(pending);  // NotFound once rolled back
   }
   param_cache_->SetReserved(0);
   grad_spill_->EndReadback();

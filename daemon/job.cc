@@ -841,13 +841,9 @@ void Job::RunEarlySteps() {
     const StepHooks& h = of(id);
     return h.param_target ? h.param_target(id) : regions_.ParamSlot(id.rank, slots[id.rank][id.index]);
   };
-  hooks.shard_done = [this, &of](const ShardId& id) {
+  hooks.shard_done = [&of](const ShardId& id) {
     const StepHooks& h = of(id);
-    absl::Status s = h.shard_done ? h.shard_done(id) : absl::OkStatus();
-    // A stepped shard may free its gradient slot: the trainer may be waiting for that room.
-    absl::MutexLock lock(&mu_);
-    PublishGradWindowLocked(id.rank);
-    return s;
+    return h.shard_done ? h.shard_done(id) : absl::OkStatus();
   };
   StepEarlyLocked(ids, slots, hooks);
 }
@@ -962,6 +958,9 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
       const Clock::time_point t0 = Clock::now();
       absl::Status done = shard_done(id);
       add_since(t0, &StepTimes::params_home_s);
+      // A stepped shard may free its gradient slot: the trainer may be waiting for that room.
+      absl::MutexLock lock(&mu_);
+      PublishGradWindowLocked(id.rank);
       return done;
     }
     return absl::OkStatus();
@@ -1051,15 +1050,6 @@ void Job::RunStep() {
       const absl::Time t0 = absl::Now();
       status = hooks.before_shards();
       times.params_home_s += absl::ToDoubleSeconds(absl::Now() - t0);
-    }
-    if (hooks.shard_done) {
-      // A stepped shard frees its gradient slot: the trainer may be waiting for that room.
-      hooks.shard_done = [this, done = std::move(hooks.shard_done)](const ShardId& id) {
-        absl::Status s = done(id);
-        absl::MutexLock lock(&mu_);
-        PublishGradWindowLocked(id.rank);
-        return s;
-      };
     }
     if (status.ok()) status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks, &times);
     // Before the commit: no spilled copy may become durable.

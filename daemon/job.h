@@ -386,11 +386,14 @@ class Job {
   // REQUIRES: states_mu_ held.
   // Each run of same-group elements is stepped with hp[group].
   // `hooks` are the pipeline's (StepHooks: where gradients come from and new
-  // params go, what follows a shard's last tile; empty: the slots). `times`,
-  // when set, gets the pass's breakdown (stream, waits, optimizer, hooks).
+  // params go, what follows a shard's last tile; empty: the slots); after
+  // each shard_done the rank's gradient window is published (it may have
+  // freed a slot the trainer waits for). `times`, when set, gets the pass's
+  // breakdown (stream, waits, optimizer, hooks).
   absl::Status ApplyShards(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
                            int64_t optimizer_step, float grad_scale, const std::vector<OptimizerHyperparams>& hp,
-                           const StepHooks& hooks = StepHooks(), StepTimes* times = nullptr);
+                           const StepHooks& hooks = StepHooks(), StepTimes* times = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t ParamSlotBytes(const ExchangeSlot& slot) const { return slot_dtypes_.ParamSlotBytes(slot); }
 
   const uint64_t id_;
