@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/shard_key.h"
+#include "core/status_macros.h"
 #include "swap/extent_store.h"
 
 namespace strata {
@@ -164,27 +165,56 @@ absl::Status NvmeShardStateStore::Adopt(uint32_t rank, uint32_t index, uint64_t 
   return absl::OkStatus();
 }
 
-absl::Status NvmeShardStateStore::Run(const std::vector<ShardId>& shards, const TileFn& fn, bool write_back) {
+absl::Status NvmeShardStateStore::Run(const ShardSource& next, const TileFn& fn, bool write_back) {
   if (write_back) waits_ = {};
-  const std::vector<TileRef> tiles = Tiles(shards);
   std::vector<Preloaded> preloaded;
   {
     absl::MutexLock lock(&preload_mu_);
     preloaded.swap(preloaded_);
   }
-  // Preloads of the tiles this run starts with are its first loads; any
-  // other (the step was skipped, a checkpoint reads first) is waited out.
-  std::vector<std::future<absl::Status>> loads(tiles.size());
-  bool taking = true;  // until the first preload that is not this run's tile
-  for (size_t k = 0; k < preloaded.size(); ++k) {
-    taking = taking && k < tiles.size() && tiles[k] == preloaded[k].ref;
-    if (taking) {
-      loads[k] = std::move(preloaded[k].load);
-    } else {
-      (void)preloaded[k].load.get();
+  // Tile k is loaded into set k % 3, used, and saved from it. The tiles grow
+  // as `next` gives shards; a preload of tile k (Preload) is this run's load
+  // of it while the run's first tiles are the preloaded ones, and any other
+  // is waited out before its set is loaded again.
+  std::vector<TileRef> tiles;
+  std::vector<std::future<absl::Status>> loads;
+  std::vector<std::future<absl::Status>> saves;
+  size_t claimed = 0;  // preloads taken as this run's loads, in order
+  auto drop_unclaimed = [&] {
+    for (size_t i = claimed; i < preloaded.size(); ++i) (void)preloaded[i].load.get();  // the next load reports errors
+    preloaded.resize(claimed);
+  };
+  // Pulls shards until one adds a tile (a shard of no elements adds none);
+  // false when `next` has none (now, or ever: see ShardSource).
+  auto pull = [&](bool wait) {
+    const size_t had = tiles.size();
+    while (tiles.size() == had) {
+      std::optional<ShardId> id = next(wait);
+      if (!id.has_value()) return false;
+      for (const TileRef& ref : Tiles({*id})) {
+        const size_t k = tiles.size();
+        tiles.push_back(ref);
+        loads.emplace_back();
+        saves.emplace_back();
+        if (k == claimed && k < preloaded.size() && preloaded[k].ref == ref) {
+          loads[k] = std::move(preloaded[k].load);
+          ++claimed;
+        } else {
+          drop_unclaimed();
+        }
+      }
     }
+    return true;
+  };
+  auto start_load = [&](size_t k) {
+    if (!loads[k].valid()) {
+      loads[k] = std::async(std::launch::async, [this, k, ref = tiles[k]] { return Load(k % 3, ref); });
+    }
+  };
+  if (!pull(/*wait=*/true)) {
+    drop_unclaimed();
+    return absl::OkStatus();
   }
-  if (tiles.empty()) return absl::OkStatus();
   // How long this thread blocks on the I/O: the breakdown GetStats shows.
   UpdateWaits waits;
   auto wait_for = [](std::future<absl::Status>& f, double& total) {
@@ -193,38 +223,36 @@ absl::Status NvmeShardStateStore::Run(const std::vector<ShardId>& shards, const 
     total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return s;
   };
-  // Set k % 3 holds tile k. Loading tile k+1 needs the set that tile k-2 was
-  // saved from, so that save must be done first.
-  std::vector<std::future<absl::Status>> saves(tiles.size());
-  if (!loads[0].valid()) loads[0] = std::async(std::launch::async, [&] { return Load(0, tiles[0]); });
+  // Loading tile k+1 needs the set that tile k-2 was saved from.
+  auto load_next = [&](size_t k) -> absl::Status {
+    if (k >= 2 && saves[k - 2].valid()) STRATA_RETURN_IF_ERROR(wait_for(saves[k - 2], waits.save_s));
+    start_load(k + 1);
+    return absl::OkStatus();
+  };
+  start_load(0);
   absl::Status result;
   size_t k = 0;
   for (; k < tiles.size(); ++k) {
-    absl::Status loaded = wait_for(loads[k], waits.load_s);
-    if (!loaded.ok()) {
-      result = loaded;
-      break;
+    result = wait_for(loads[k], waits.load_s);
+    if (!result.ok()) break;
+    // The next tile loads while this one is used: ask for the next shard
+    // now if this is the last tile known.
+    if (k + 1 < tiles.size() || pull(/*wait=*/false)) {
+      result = load_next(k);
+      if (!result.ok()) break;
     }
-    if (k + 1 < tiles.size()) {
-      if (k >= 2 && saves[k - 2].valid()) {
-        if (absl::Status s = wait_for(saves[k - 2], waits.save_s); !s.ok()) {
-          result = s;
-          break;
-        }
-      }
-      if (!loads[k + 1].valid()) {
-        loads[k + 1] = std::async(std::launch::async, [&, k] { return Load((k + 1) % 3, tiles[k + 1]); });
-      }
-    }
-    StateTile tile = StagingTile(k % 3, tiles[k]);
-    if (absl::Status s = fn(tiles[k].shard, tile); !s.ok()) {
-      result = s;
-      break;
-    }
+    result = fn(tiles[k].shard, StagingTile(k % 3, tiles[k]));
+    if (!result.ok()) break;
     if (write_back) {
-      saves[k] = std::async(std::launch::async, [&, k] { return Save(k % 3, tiles[k]); });
+      saves[k] = std::async(std::launch::async, [this, k, ref = tiles[k]] { return Save(k % 3, ref); });
+    }
+    // None was ready: wait for one (this tile's save runs meanwhile).
+    if (k + 1 == tiles.size() && pull(/*wait=*/true)) {
+      result = load_next(k);
+      if (!result.ok()) break;
     }
   }
+  drop_unclaimed();
   // Drain everything still running before the staging sets can be reused.
   for (size_t i = 0; i < tiles.size(); ++i) {
     if (loads[i].valid()) {
@@ -241,11 +269,15 @@ absl::Status NvmeShardStateStore::Run(const std::vector<ShardId>& shards, const 
 }
 
 absl::Status NvmeShardStateStore::Update(const std::vector<ShardId>& shards, const TileFn& fn) {
-  return Run(shards, fn, /*write_back=*/true);
+  return Run(ShardList(shards), fn, /*write_back=*/true);
+}
+
+absl::Status NvmeShardStateStore::UpdateStream(const ShardSource& next, const TileFn& fn) {
+  return Run(next, fn, /*write_back=*/true);
 }
 
 absl::Status NvmeShardStateStore::Read(const std::vector<ShardId>& shards, const TileFn& fn) {
-  return Run(shards, fn, /*write_back=*/false);
+  return Run(ShardList(shards), fn, /*write_back=*/false);
 }
 
 uint64_t NvmeShardStateStore::bytes() const {

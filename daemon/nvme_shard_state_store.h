@@ -36,6 +36,11 @@ class NvmeShardStateStore final : public ShardStateStore {
   absl::Status Create(uint32_t rank, uint32_t index, uint64_t numel) override;
   absl::Status Adopt(uint32_t rank, uint32_t index, uint64_t numel) override;
   absl::Status Update(const std::vector<ShardId>& shards, const TileFn& fn) override;
+  // One pass however many shards `next` gives: tile k+1 loads while `fn` is
+  // on tile k and tile k-1 saves, across shards; only when `next` has none
+  // ready does the pass wait for it (the last tile's save runs meanwhile) and
+  // the next shard's first load go unoverlapped.
+  absl::Status UpdateStream(const ShardSource& next, const TileFn& fn) override;
   absl::Status Read(const std::vector<ShardId>& shards, const TileFn& fn) override;
   // Loads the first three tiles into the three staging sets (tile k into set
   // k, as Update would), unless loads started so are still unclaimed.
@@ -60,7 +65,7 @@ class NvmeShardStateStore final : public ShardStateStore {
   StateTile StagingTile(int set, const TileRef& ref);
   absl::Status Load(int set, const TileRef& ref);
   absl::Status Save(int set, const TileRef& ref);
-  absl::Status Run(const std::vector<ShardId>& shards, const TileFn& fn, bool write_back);
+  absl::Status Run(const ShardSource& next, const TileFn& fn, bool write_back);
   std::vector<TensorKind> Streams() const;
 
   const uint64_t job_id_;

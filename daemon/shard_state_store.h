@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,19 @@ struct ShardId {
 };
 
 using TileFn = std::function<absl::Status(const ShardId&, const StateTile&)>;
+
+// The shards of a streaming Update, one at a time: with `wait` false it
+// answers at once (nullopt: none is ready yet); with `wait` true it may block
+// until one is, and nullopt ends the stream.
+using ShardSource = std::function<std::optional<ShardId>(bool wait)>;
+
+// The shards of a list, in order (`shards` must outlive the source).
+inline ShardSource ShardList(const std::vector<ShardId>& shards) {
+  return [&shards, i = size_t{0}](bool) mutable -> std::optional<ShardId> {
+    if (i == shards.size()) return std::nullopt;
+    return shards[i++];
+  };
+}
 
 // The pinned staging a store streams the states through; zero for a store
 // that holds them in memory. Exported to clients (JobInfo) so that tools such
@@ -63,6 +77,17 @@ class ShardStateStore {
   // storage overlaps loading the next tile and saving the previous one with
   // `fn` on the current one. Stops at the first error.
   virtual absl::Status Update(const std::vector<ShardId>& shards, const TileFn& fn) = 0;
+
+  // As Update, over the shards `next` gives while the pass runs: a pass can
+  // start before its caller knows every shard it will visit (shards stepped
+  // while the step's last gradients come in) and still overlap each tile's
+  // load and save with its neighbours'. By default, one Update per shard.
+  virtual absl::Status UpdateStream(const ShardSource& next, const TileFn& fn) {
+    while (std::optional<ShardId> id = next(/*wait=*/true)) {
+      if (absl::Status s = Update({*id}, fn); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
 
   // As Update, but nothing is written back.
   virtual absl::Status Read(const std::vector<ShardId>& shards, const TileFn& fn) = 0;
