@@ -91,10 +91,11 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
   STRATA_ASSIGN_OR_RETURN(grad_spill_, GradSpill::Create(job_id_, nvme_, largest_grad_slot));
   if (pinned_ != nullptr) {
     // The window's budget, the staging that spilled gradients come back
-    // through and the one the step writes new params into.
+    // through and the one the step writes new params into (two, taking
+    // turns, where shards are stepped early).
     STRATA_ASSIGN_OR_RETURN(
         window_reservation_,
-        pinned_->Reserve(budget + grad_spill_->staging_bytes() + largest_param_slot,
+        pinned_->Reserve(budget + grad_spill_->staging_bytes() + (early_apply_ ? 2 : 1) * largest_param_slot,
                          absl::StrCat("job '", job_name_, "' window (pinned_budget_bytes)")));
   }
   // Where steps (early ones too) write new params (counted above); touched
@@ -103,6 +104,10 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
   STRATA_ASSIGN_OR_RETURN(param_staging_, AlignedBuffer::Allocate(std::max<uint64_t>(largest_param_slot, 1),
                                                                   nvme_->alignment()));
   std::memset(param_staging_.data(), 0, param_staging_.size());
+  if (early_apply_) {
+    STRATA_ASSIGN_OR_RETURN(param_staging_alt_, AlignedBuffer::Allocate(param_staging_.size(), nvme_->alignment()));
+    std::memset(param_staging_alt_.data(), 0, param_staging_alt_.size());
+  }
   ParamCache::Locate locate = [regions](uint32_t r, uint32_t index) {
     const auto [slot, bytes] = regions->ParamShard(r, index);
     return ParamCache::ShardRef{slot, bytes};
@@ -280,24 +285,40 @@ std::optional<StepHooks> InfinityPipeline::EarlyStepLocked(absl::Mutex& job_mu, 
   // barrier takes a shard stepped early as done).
   grad_at_[rank][index] = kStepped;
   StepHooks hooks;
-  // The step's staging (the pass steps its shards one after another, and
-  // the step's own pass runs apart from it: both hold the job's states lock).
-  hooks.param_target = [this](const ShardId&) { return param_staging_.data(); };
-  hooks.shard_done = [this, &job_mu, rank, index, slot](const ShardId&) {
-    const uint64_t bytes = dtypes_.ParamSlotBytes(slot);
-    absl::Status written =
-        nvme_->Write(SteppedKey(job_id_, rank, index), absl::MakeConstSpan(param_staging_.data(), bytes));
-    if (!written.ok()) {
+  // The pass steps its shards one after another into the two stagings in
+  // turn (the step's own pass runs apart from it: both hold the job's
+  // states lock).
+  hooks.param_target = [this](const ShardId&) {
+    return (early_staging_ == 0 ? param_staging_ : param_staging_alt_).data();
+  };
+  hooks.shard_done = [this, &job_mu, rank, index, slot](const ShardId&) -> absl::Status {
+    const std::byte* staged = (early_staging_ == 0 ? param_staging_ : param_staging_alt_).data();
+    // The previous shard's write: the other staging is the next shard's.
+    STRATA_RETURN_IF_ERROR(WaitEarlyWrite());
+    const auto params = absl::MakeConstSpan(staged, dtypes_.ParamSlotBytes(slot));
+    early_write_ = std::async(std::launch::async, [this, rank, index, params] {
+      absl::Status written = nvme_->Write(SteppedKey(job_id_, rank, index), params);
+      if (written.ok()) return written;
       return absl::Status(written.code(), absl::StrCat("writing the early-stepped params of shard ", index,
                                                        " of rank ", rank, " to NVMe: ", written.message()));
-    }
-    // The gradient is consumed and the params wait on NVMe: the slot's
-    // memory goes back now, and the rank's trainer may write the next one.
+    });
+    early_staging_ ^= 1;
+    // The gradient is consumed and the params are in the staging: the
+    // slot's memory goes back now, and the rank's trainer may write the
+    // next one. (The step starts only after EndEarlyPass, so the params are
+    // on NVMe when StoreSteppedParams looks for them.)
     FreeGradSlot(job_mu, rank, index, slot, kStepped);
     return absl::OkStatus();
   };
   return hooks;
 }
+
+absl::Status InfinityPipeline::WaitEarlyWrite() {
+  if (!early_write_.valid()) return absl::OkStatus();
+  return early_write_.get();
+}
+
+absl::Status InfinityPipeline::EndEarlyPass() { return WaitEarlyWrite(); }
 
 absl::Status InfinityPipeline::StoreSteppedParams(absl::Mutex& job_mu) {
   std::vector<std::pair<uint32_t, uint32_t>> stepped;

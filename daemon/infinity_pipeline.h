@@ -12,6 +12,7 @@
 #ifndef STRATA_DAEMON_INFINITY_PIPELINE_H_
 #define STRATA_DAEMON_INFINITY_PIPELINE_H_
 
+#include <future>
 #include <string>
 #include <utility>
 
@@ -87,6 +88,8 @@ class InfinityPipeline final : public StepPipeline {
   std::optional<StepHooks> EarlyStepLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index,
                                                    const ExchangeSlot& slot) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
+  // Waits for the pass's last pending-params write (see early_write_).
+  absl::Status EndEarlyPass() override;
   StepHooks BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
                       const std::vector<std::vector<ExchangeSlot>>& slots) override ABSL_LOCKS_EXCLUDED(job_mu);
   void EndStep(absl::Mutex& job_mu) override ABSL_LOCKS_EXCLUDED(job_mu);
@@ -107,6 +110,8 @@ class InfinityPipeline final : public StepPipeline {
   // the window's clean params may use it, and the shard is `now`.
   void FreeGradSlot(absl::Mutex& job_mu, uint32_t rank, uint32_t index, const ExchangeSlot& slot, GradAt now)
       ABSL_LOCKS_EXCLUDED(job_mu);
+  // Waits for the early pass's write in flight, if any: its result.
+  absl::Status WaitEarlyWrite();
   // After the step: every gradient slot's memory back, the spilled copies
   // deleted (before the commit, so none becomes durable).
   void ClearGradsAfterStep(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu);
@@ -136,6 +141,16 @@ class InfinityPipeline final : public StepPipeline {
   // param slot, pre-faulted): they go home, or under SteppedKey, from here,
   // and into the window slot only when the cache keeps them (StoreHomeFrom).
   AlignedBuffer param_staging_;
+  // Early passes: a shard's new params are written to NVMe (SteppedKey)
+  // while the pass steps the next shard into the other staging, so the pass
+  // never waits for a param write but the one before the last (a write had
+  // the next shard's tiles to finish; waited for, the writes were a quarter
+  // of a 200M pass). param_staging_ and param_staging_alt_ take turns
+  // (early_staging_ is the next shard's). The pass's thread only (the job's
+  // states lock), between EarlyStepLocked's hooks and EndEarlyPass.
+  AlignedBuffer param_staging_alt_;
+  int early_staging_ = 0;
+  std::future<absl::Status> early_write_;  // declared after the stagings: waited for first
 
   // Guarded by the job's lock (the job_mu the ...Locked methods take).
   std::vector<std::vector<GradAt>> grad_at_;  // per rank and shard

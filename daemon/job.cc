@@ -739,6 +739,14 @@ void Job::RunTurn() {
     item = queue_.front();  // a turn is scheduled only with work queued
     queue_.pop_front();
   }
+  RunItem(item);
+  absl::MutexLock lock(&mu_);
+  turn_scheduled_ = false;
+  ScheduleLocked();      // the next item waits behind other jobs' turns
+  changed_.SignalAll();  // Stop waits for the last turn
+}
+
+void Job::RunItem(const WorkItem& item) {
   if (item.kind == WorkItem::kInspect) Inspect(item.rank, item.index);
   if (item.kind == WorkItem::kRunStep) RunStep();
   if (item.kind == WorkItem::kPreload) PreloadStates();
@@ -747,13 +755,10 @@ void Job::RunTurn() {
     absl::MutexLock lock(&mu_);
     if (barrier_.PrepareOpenStep()) changed_.SignalAll();
   }
-  absl::MutexLock lock(&mu_);
-  if (item.kind == WorkItem::kInspect && item.rank < ranks_.size() && ranks_[item.rank].grad_work > 0) {
-    --ranks_[item.rank].grad_work;
+  if (item.kind == WorkItem::kInspect) {
+    absl::MutexLock lock(&mu_);
+    if (item.rank < ranks_.size() && ranks_[item.rank].grad_work > 0) --ranks_[item.rank].grad_work;
   }
-  turn_scheduled_ = false;
-  ScheduleLocked();      // the next item waits behind other jobs' turns
-  changed_.SignalAll();  // Stop waits for the last turn
 }
 
 void Job::Inspect(uint32_t rank, uint32_t index) {
@@ -809,43 +814,94 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
   }
   std::optional<StepHooks> hooks = pipeline_->EarlyStepLocked(mu_, rank, index, slot);
   if (!hooks.has_value()) return;
-  StepEarlyLocked({ShardId{rank, index}}, AllSlotsLocked(), *hooks);
+  barrier_.MarkApplied(rank, index);
+  const std::vector<ShardId> ids = {ShardId{rank, index}};
+  StepEarlyLocked(ShardList(ids), AllSlotsLocked(), *hooks);
 }
 
 void Job::RunEarlySteps() {
   absl::MutexLock lock(&mu_);
-  early_steps_queued_ = false;
-  std::vector<ShardId> ready;
-  ready.swap(early_ready_);
-  // Every gradient is in: the step (queued already) takes the rest in its pass.
-  if (stopping_ || !worker_error_.ok() || reload_needed_ || barrier_.complete()) return;
-  std::vector<ShardId> ids;
-  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, StepHooks> per_shard;
-  for (const ShardId& id : ready) {
-    if (id.rank >= ranks_.size() || id.index >= ranks_[id.rank].slots.size() ||
-        barrier_.applied(id.rank, id.index)) {
-      continue;
-    }
-    std::optional<StepHooks> hooks = pipeline_->EarlyStepLocked(mu_, id.rank, id.index, ranks_[id.rank].slots[id.index]);
-    if (!hooks.has_value()) continue;
-    ids.push_back(id);
-    per_shard.emplace(std::make_pair(id.rank, id.index), std::move(*hooks));
+  // Every gradient is in already: the step (queued) takes them all in its pass.
+  if (stopping_ || !worker_error_.ok() || reload_needed_ || barrier_.complete()) {
+    early_steps_queued_ = false;
+    early_ready_.clear();
+    return;
   }
-  if (ids.empty()) return;
-  // One set of hooks for the pass: each shard's own. per_shard and slots
-  // outlive the pass (StepEarlyLocked returns after it).
-  const std::vector<std::vector<ExchangeSlot>> slots = AllSlotsLocked();
-  auto of = [&per_shard](const ShardId& id) -> const StepHooks& { return per_shard.at({id.rank, id.index}); };
+  // early_steps_queued_ stays set while the pass runs: the shards inspected
+  // meanwhile join it (NextEarlyShardLocked) instead of queueing another.
+  EarlyPass pass;
+  pass.slots = AllSlotsLocked();
+  // One set of hooks for the pass: each shard's own (taken as it joins).
+  // pass outlives the pass's ApplyShards (StepEarlyLocked returns after it).
+  auto of = [&pass](const ShardId& id) -> const StepHooks& { return pass.hooks.at({id.rank, id.index}); };
   StepHooks hooks;
-  hooks.param_target = [this, &of, &slots](const ShardId& id) {
+  hooks.param_target = [this, &of, &pass](const ShardId& id) {
     const StepHooks& h = of(id);
-    return h.param_target ? h.param_target(id) : regions_.ParamSlot(id.rank, slots[id.rank][id.index]);
+    return h.param_target ? h.param_target(id) : regions_.ParamSlot(id.rank, pass.slots[id.rank][id.index]);
   };
   hooks.shard_done = [&of](const ShardId& id) {
     const StepHooks& h = of(id);
     return h.shard_done ? h.shard_done(id) : absl::OkStatus();
   };
-  StepEarlyLocked(ids, slots, hooks);
+  ShardSource next = [this, &pass](bool wait) -> std::optional<ShardId> {
+    absl::MutexLock lock(&mu_);
+    return NextEarlyShardLocked(pass, wait);
+  };
+  StepEarlyLocked(next, pass.slots, hooks);
+  early_steps_queued_ = false;
+}
+
+std::optional<ShardId> Job::NextEarlyShardLocked(EarlyPass& pass, bool wait) {
+  const absl::Time give_up = absl::Now() + services_.early_pass_wait;
+  while (true) {
+    if (stopping_ || !worker_error_.ok() || reload_needed_) return std::nullopt;
+    while (!early_ready_.empty()) {
+      const ShardId id = early_ready_.front();
+      early_ready_.pop_front();
+      if (TakeEarlyLocked(pass, id)) return id;
+    }
+    // This pass holds the job's turn: the inspections (and a PrepareStep's
+    // stats) queued behind it run here, between its tiles, so the shards
+    // they find ready join it.
+    if (!queue_.empty() &&
+        (queue_.front().kind == WorkItem::kInspect || queue_.front().kind == WorkItem::kPrepare)) {
+      const WorkItem item = queue_.front();
+      queue_.pop_front();
+      mu_.Unlock();
+      RunItem(item);
+      mu_.Lock();
+      continue;
+    }
+    // Every gradient is in and inspected: the pass goes on with the rest of
+    // the step's shards (those whose gradients wait in their slots), so the
+    // early shards and the step's are one stream; the step itself is left
+    // with spilled gradients and the commit. Not when a gradient overflowed:
+    // the step is skipped and the early shards rolled back.
+    if (barrier_.complete() && inspect_queued_.empty()) {
+      if (!pass.rest.has_value()) {
+        pass.rest = barrier_.LocalStats().overflow ? std::vector<ShardId>() : StepShardsLocked();
+      }
+      while (pass.next_rest < pass.rest->size()) {
+        const ShardId id = (*pass.rest)[pass.next_rest++];
+        if (TakeEarlyLocked(pass, id)) return id;
+      }
+      return std::nullopt;
+    }
+    if (!wait || absl::Now() >= give_up) return std::nullopt;
+    changed_.WaitWithDeadline(&mu_, give_up);
+  }
+}
+
+bool Job::TakeEarlyLocked(EarlyPass& pass, const ShardId& id) {
+  if (id.rank >= ranks_.size() || id.index >= ranks_[id.rank].slots.size() ||
+      barrier_.applied(id.rank, id.index)) {
+    return false;
+  }
+  std::optional<StepHooks> hooks = pipeline_->EarlyStepLocked(mu_, id.rank, id.index, ranks_[id.rank].slots[id.index]);
+  if (!hooks.has_value()) return false;
+  barrier_.MarkApplied(id.rank, id.index);
+  pass.hooks.insert_or_assign(std::make_pair(id.rank, id.index), std::move(*hooks));
+  return true;
 }
 
 std::vector<std::vector<ExchangeSlot>> Job::AllSlotsLocked() const {
@@ -855,17 +911,26 @@ std::vector<std::vector<ExchangeSlot>> Job::AllSlotsLocked() const {
   return slots;
 }
 
-void Job::StepEarlyLocked(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
+void Job::StepEarlyLocked(const ShardSource& next, const std::vector<std::vector<ExchangeSlot>>& slots,
                           const StepHooks& hooks) {
   const int64_t optimizer_step = static_cast<int64_t>(optimizer_steps_) + 1;
   const float grad_scale = static_cast<float>(1.0 / scaler_.scale());
   const std::vector<OptimizerHyperparams> hp = HyperparamsLocked();
-  for (const ShardId& id : ids) barrier_.MarkApplied(id.rank, id.index);
   mu_.Unlock();
   absl::Status status;
+  uint64_t stepped = 0;
+  StepTimes times;
   {
+    const ShardSource counted = [&next, &stepped](bool wait) {
+      std::optional<ShardId> id = next(wait);
+      stepped += id.has_value() ? 1 : 0;
+      return id;
+    };
     absl::MutexLock states_lock(&states_mu_);
-    status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks);
+    status = ApplyShards(counted, slots, optimizer_step, grad_scale, hp, hooks, &times);
+    // The pipeline's writes still running are the pass's (its error first).
+    absl::Status ended = pipeline_->EndEarlyPass();
+    if (status.ok()) status = ended;
   }
   if (!status.ok() && pipeline_->durable()) RollbackUncommitted();
   mu_.Lock();
@@ -883,9 +948,13 @@ void Job::StepEarlyLocked(const std::vector<ShardId>& ids, const std::vector<std
     PublishDoorbellsLocked();
     return;
   }
-  counters_.shards_stepped_early += ids.size();
+  if (stepped == 0) return;
+  open_step_early_times_.early_stream_s += times.stream_s;
+  open_step_early_times_.early_load_wait_s += times.load_wait_s;
+  open_step_early_times_.early_params_home_s += times.params_home_s;
+  counters_.shards_stepped_early += stepped;
   ++counters_.early_passes;
-  open_step_shards_early_ += ids.size();
+  open_step_shards_early_ += stepped;
   ++open_step_early_passes_;
 }
 
@@ -894,8 +963,7 @@ void Job::RollbackUncommitted() {
   if (!superseded_) services_.nvme->Rollback(id_);
 }
 
-absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
-                              const std::vector<std::vector<ExchangeSlot>>& slots, int64_t optimizer_step,
+absl::Status Job::ApplyShards(const ShardSource& next, const std::vector<std::vector<ExchangeSlot>>& slots, int64_t optimizer_step,
                               float grad_scale, const std::vector<OptimizerHyperparams>& hp,
                               const StepHooks& hooks, StepTimes* times) {
   const auto& shard_done = hooks.shard_done;
@@ -911,7 +979,7 @@ absl::Status Job::ApplyShards(const std::vector<ShardId>& ids,
     if (times != nullptr) times->*into += std::chrono::duration<double>(Clock::now() - from).count();
   };
   const Clock::time_point pass_start = Clock::now();
-  absl::Status status = states_->Update(ids, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
+  absl::Status status = states_->UpdateStream(next, [&](const ShardId& id, const StateTile& tile) -> absl::Status {
     const ExchangeSlot& slot = slots[id.rank][id.index];
     const uint64_t tile_end = tile.offset + tile.size;
     if (tile.offset == 0 || shard_params == nullptr) {
@@ -1017,6 +1085,10 @@ void Job::RunStep() {
     open_step_shards_early_ = 0;
     times.early_passes = open_step_early_passes_;
     open_step_early_passes_ = 0;
+    times.early_stream_s = open_step_early_times_.early_stream_s;
+    times.early_load_wait_s = open_step_early_times_.early_load_wait_s;
+    times.early_params_home_s = open_step_early_times_.early_params_home_s;
+    open_step_early_times_ = StepTimes();
     StepStats stats = barrier_.LocalStats();
     if (settings_.external_step_agreement) stats = barrier_.CommittedOpenStep();
     overflow = stats.overflow;
@@ -1051,7 +1123,7 @@ void Job::RunStep() {
       status = hooks.before_shards();
       times.params_home_s += absl::ToDoubleSeconds(absl::Now() - t0);
     }
-    if (status.ok()) status = ApplyShards(ids, slots, optimizer_step, grad_scale, hp, hooks, &times);
+    if (status.ok()) status = ApplyShards(ShardList(ids), slots, optimizer_step, grad_scale, hp, hooks, &times);
     // Before the commit: no spilled copy may become durable.
     const absl::Time end_start = absl::Now();
     pipeline_->EndStep(mu_);

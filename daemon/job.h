@@ -26,6 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -79,6 +80,13 @@ struct StepTimes {
   // The passes that stepped them: RunEarlySteps steps the shards inspected
   // since its last pass together (shards_early / early_passes a pass).
   uint64_t early_passes = 0;
+  // The early passes' own breakdown (inside gradients_in_s, overlapping the
+  // trainers' backward; not in stream_s): their passes over the states, and
+  // of that the time blocked on state-tile loads and on the new params'
+  // writes.
+  double early_stream_s = 0;
+  double early_load_wait_s = 0;
+  double early_params_home_s = 0;
   // Infinity: gradient bytes written to NVMe because the window was full
   // (since the previous step ended) and read back by this step -- NVMe
   // traffic beyond the states and params that the budget costs.
@@ -138,6 +146,11 @@ struct JobServices {
   // use; each job commits only its own shards (ExtentStore::Commit(id)).
   ExtentStore* nvme = nullptr;
   uint64_t io_tile_bytes = 64ull << 20;
+  // How long an early pass (Job::RunEarlySteps) waits for its next shard
+  // before it ends: long enough for the next gradient of a backward (tens of
+  // milliseconds apart), short enough that a job whose trainers went quiet
+  // gives the pool's thread back to other jobs soon.
+  absl::Duration early_pass_wait = absl::Milliseconds(200);
   // Caps checked when tensors are registered (nullptr: the defaults).
   const RequestLimits* limits = nullptr;
   // The daemon's pinned host memory, shared by all jobs (nullptr: unlimited).
@@ -362,14 +375,39 @@ class Job {
   void CloseDoorbells();
   // Worker side.
   void Inspect(uint32_t rank, uint32_t index);
-  // Steps early, in one pass, every shard that early_ready_ holds and the
-  // pipeline takes (a durable job's states stream from NVMe: a pass over
-  // several shards overlaps one's load and save with the others').
+  // One queued item of the job's turn (RunTurn's, or an early pass's
+  // between its tiles).
+  void RunItem(const WorkItem& item) ABSL_LOCKS_EXCLUDED(mu_);
+  // Steps early, in one pass over the states, the shards early_ready_ holds
+  // and those inspected while the pass runs, and once every gradient is in,
+  // the rest of the step's (NextEarlyShardLocked): a durable job's states
+  // stream from NVMe, and one pass overlaps each shard's load and save with
+  // its neighbours'.
   void RunEarlySteps();
-  // Steps `ids` early (the pipeline's `hooks`; `slots`: a copy of every
-  // rank's, AllSlotsLocked), outside mu_; on failure the job fails as a
-  // failed step does. REQUIRES: mu_ held (released meanwhile).
-  void StepEarlyLocked(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
+  // The shards of one early pass, taken while it runs.
+  struct EarlyPass {
+    std::vector<std::vector<ExchangeSlot>> slots;  // AllSlotsLocked at the pass's start
+    // Each shard's own hooks (the pipeline's EarlyStepLocked).
+    absl::node_hash_map<std::pair<uint32_t, uint32_t>, StepHooks> hooks;
+    // Once every gradient is in: the step's shards not stepped yet (none
+    // after an overflow), and how many of them the pass has looked at.
+    std::optional<std::vector<ShardId>> rest;
+    size_t next_rest = 0;
+  };
+  // The early pass's ShardSource: the next shard it steps (taken from the
+  // pipeline: TakeEarlyLocked), running the queued inspections to find one;
+  // with `wait`, waits up to services_.early_pass_wait for one (its last
+  // tile's save runs meanwhile). nullopt: none (now, or
+  // with `wait`, for this pass). Releases mu_ while it inspects or waits.
+  std::optional<ShardId> NextEarlyShardLocked(EarlyPass& pass, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks `id` applied and keeps its hooks in `pass` when the pipeline steps
+  // it early now (false: it waits for the step, or was stepped).
+  bool TakeEarlyLocked(EarlyPass& pass, const ShardId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Steps the shards `next` gives early, in one pass (the pipeline's `hooks`;
+  // `slots`: a copy of every rank's, AllSlotsLocked), outside mu_; the
+  // caller has marked them applied. On failure the job fails as a failed
+  // step does. REQUIRES: mu_ held (released meanwhile).
+  void StepEarlyLocked(const ShardSource& next, const std::vector<std::vector<ExchangeSlot>>& slots,
                        const StepHooks& hooks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A copy of every rank's slots (a pass runs outside mu_ on it).
   std::vector<std::vector<ExchangeSlot>> AllSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -390,7 +428,7 @@ class Job {
   // each shard_done the rank's gradient window is published (it may have
   // freed a slot the trainer waits for). `times`, when set, gets the pass's
   // breakdown (stream, waits, optimizer, hooks).
-  absl::Status ApplyShards(const std::vector<ShardId>& ids, const std::vector<std::vector<ExchangeSlot>>& slots,
+  absl::Status ApplyShards(const ShardSource& next, const std::vector<std::vector<ExchangeSlot>>& slots,
                            int64_t optimizer_step, float grad_scale, const std::vector<OptimizerHyperparams>& hp,
                            const StepHooks& hooks = StepHooks(), StepTimes* times = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -446,9 +484,10 @@ class Job {
   std::optional<absl::Time> grads_in_start_ ABSL_GUARDED_BY(mu_);
   uint64_t open_step_shards_early_ ABSL_GUARDED_BY(mu_) = 0;  // the open step's, so far
   uint64_t open_step_early_passes_ ABSL_GUARDED_BY(mu_) = 0;
+  StepTimes open_step_early_times_ ABSL_GUARDED_BY(mu_);  // the early passes' breakdown, so far
   // Durable jobs: shards inspected while the step waits for others, in
   // inspection order, for the next RunEarlySteps (queued once).
-  std::vector<ShardId> early_ready_ ABSL_GUARDED_BY(mu_);
+  std::deque<ShardId> early_ready_ ABSL_GUARDED_BY(mu_);
   bool early_steps_queued_ ABSL_GUARDED_BY(mu_) = false;
   // The pipeline's gradient spill counters when the previous step ended
   // (StepTimes' per-step bytes are the difference).

@@ -95,6 +95,7 @@ class JobEarlyStepTest : public ::testing::Test {
     services.workers = workers_.get();
     services.params = params_.get();
     services.io_tile_bytes = 4096;
+    services.early_pass_wait = early_pass_wait_;
     auto job = Job::Create(id, Settings(absl::StrCat("job", id), clipping, grad_dtype), services);
     EXPECT_TRUE(job.ok()) << job.status();
     if (!job.ok()) return {nullptr, nullptr};
@@ -195,6 +196,8 @@ class JobEarlyStepTest : public ::testing::Test {
     }
   }
 
+  // The jobs' (JobServices::early_pass_wait).
+  absl::Duration early_pass_wait_ = absl::Milliseconds(200);
   std::unique_ptr<CpuOptimizer> optimizer_;
   std::unique_ptr<ScratchExtentStore> scratch_;
   std::unique_ptr<ParamStore> params_;
@@ -347,6 +350,89 @@ TEST_F(JobEarlyStepTest, Fp32GradientsForFp16ParamsAreSteppedEarlyToo) {
   if (HasFatalFailure()) return;
   EXPECT_EQ(job->counters().last_step.shards_early, kShards - 1);
   ExpectSameParams(*job, window, *waits, waits_window, kNumel);
+}
+
+// A pass stepping shards goes on with the gradients that come in while it
+// runs and, once the last is in, with every shard the step has left: the
+// early shards and the step's are one stream over the states (one first
+// load, one drain), and the step is left to rename the new params onto their
+// homes and commit. It trains the same bits as the job that waits.
+TEST_F(JobEarlyStepTest, OnePassStepsTheGradientsThatComeWhileItRunsAndTheRest) {
+  early_pass_wait_ = absl::Seconds(30);  // the sends below always come in time
+  auto [job, window] = MakeJob(9, "0");
+  auto [waits, waits_window] = MakeJob(10, "1e30");
+  ASSERT_NE(job, nullptr);
+  ASSERT_NE(waits, nullptr);
+  const std::vector<ExchangeSlot> slots = job->SlotsOf(0);
+  auto grad = [](uint64_t t, uint64_t e) { return Grad(t, e, 0); };
+  const uint32_t first = kShards - 1;
+  Fill(window + slots[first].grad_offset, slots[first], grad);
+  ASSERT_TRUE(job->GradReady(0, first, 0).ok());
+  // Its new params are on NVMe: the pass stepped it and waits for the next.
+  const ShardKey pending{JobId(9), Rank(0), TensorId(first), TensorKind::kParam16, 1};
+  for (int k = 0; k < 3000 && !scratch_->store()->Contains(pending); ++k) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_TRUE(scratch_->store()->Contains(pending));
+  for (uint32_t i = first; i-- > 0;) {
+    Fill(window + slots[i].grad_offset, slots[i], grad);
+    ASSERT_TRUE(job->GradReady(0, i, 0).ok());
+  }
+  auto outcome = job->WaitStep(0, absl::Now() + kWait);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_FALSE(outcome->skipped);
+  const StepTimes last = job->counters().last_step;
+  EXPECT_EQ(last.shards_early, kShards);
+  EXPECT_EQ(last.early_passes, 1u);
+  // The pass's time is the early breakdown's, and its parts fit in it.
+  EXPECT_GT(last.early_stream_s, 0);
+  EXPECT_GE(last.early_load_wait_s, 0);
+  EXPECT_GE(last.early_params_home_s, 0);
+  EXPECT_LE(last.early_load_wait_s + last.early_params_home_s, last.early_stream_s);
+  EXPECT_FALSE(scratch_->store()->Contains(pending));  // renamed onto the home
+  StepWaiting(*waits, waits_window, grad);
+  if (HasFatalFailure()) return;
+  ExpectSameParams(*job, window, *waits, waits_window, kNumel);
+}
+
+// The pass ends at a gradient that overflowed: the step is skipped, the
+// shards the pass stepped are rolled back, and their new params, which never
+// became the homes, are gone from NVMe.
+TEST_F(JobEarlyStepTest, AnOverflowEndsThePassAndItsShardsAreRolledBack) {
+  early_pass_wait_ = absl::Seconds(30);
+  auto [job, window] = MakeJob(11, "0");
+  ASSERT_NE(job, nullptr);
+  const std::vector<ExchangeSlot> slots = job->SlotsOf(0);
+  auto grad = [](uint64_t t, uint64_t e) { return Grad(t, e, 0); };
+  const uint32_t first = kShards - 1;
+  auto pending = [](uint32_t index) { return ShardKey{JobId(11), Rank(0), TensorId(index), TensorKind::kParam16, 1}; };
+  Fill(window + slots[first].grad_offset, slots[first], grad);
+  ASSERT_TRUE(job->GradReady(0, first, 0).ok());
+  for (int k = 0; k < 3000 && !scratch_->store()->Contains(pending(first)); ++k) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_TRUE(scratch_->store()->Contains(pending(first)));
+  for (uint32_t i = first; i-- > 0;) {
+    Fill(window + slots[i].grad_offset, slots[i], grad);
+    if (i == 0) reinterpret_cast<uint16_t*>(window + slots[i].grad_offset)[7] = 0x7c00;  // inf
+    ASSERT_TRUE(job->GradReady(0, i, 0).ok());
+  }
+  auto outcome = job->WaitStep(0, absl::Now() + kWait);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(outcome->skipped);
+  EXPECT_EQ(job->counters().last_step.shards_early, 0u);  // a skipped step keeps the last breakdown
+  EXPECT_EQ(job->counters().early_passes, 1u);
+  // The first, and those inspected before the last gradient came in (its
+  // send may beat their inspections); never the overflowed one.
+  EXPECT_GE(job->counters().shards_stepped_early, 1u);
+  EXPECT_LT(job->counters().shards_stepped_early, kShards);
+  for (uint32_t i = 0; i < kShards; ++i) {
+    EXPECT_FALSE(scratch_->store()->Contains(pending(i))) << "shard " << i;
+    ASSERT_TRUE(job->Acquire(0, {i}, absl::Now() + kWait).ok());
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(window + slots[i].param_offset);
+    for (uint64_t e = 0; e < kNumel; e += 511) {
+      ASSERT_EQ(p[e], Fp32ToFp16Bits(Initial(i, e))) << "shard " << i << " element " << e;
+    }
+    ASSERT_TRUE(job->Release(0, {i}).ok());
+  }
 }
 
 }  // namespace

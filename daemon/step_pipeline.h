@@ -153,6 +153,11 @@ class StepPipeline {
                                                    const ExchangeSlot& slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
 
+  // An early pass (the shards of EarlyStepLocked's hooks, one ApplyShards)
+  // ended, well or not: what its hooks left running is done when this
+  // returns, and its error is the pass's. Default: nothing left.
+  virtual absl::Status EndEarlyPass() { return absl::OkStatus(); }
+
   // --- The optimizer step (the job's states lock held, its main lock not).
   // `ids` are stepped in order over `slots`, which stay valid until EndStep.
   virtual StepHooks BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
