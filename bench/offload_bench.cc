@@ -454,14 +454,16 @@ void OffloadBench::Report() const {
   // Where the daemon says the step went: the trainer-side step s is
   // gradients in + stream + end + commit plus the RPCs around them.
   std::printf("\ndaemon's step breakdown (medians of the rounds):\n");
-  std::printf("%-9s %8s %8s %9s %7s %6s %8s %11s %10s %11s %10s %11s %7s %8s %10s\n", "mode", "params", "step s",
-              "grads in", "early", "passes", "stream", "load wait", "save wait", "optimizer", "grads back", "params home", "end",
+  std::printf("%-9s %8s %8s %9s %7s %6s %8s %10s %11s %8s %11s %10s %11s %10s %11s %7s %8s %10s\n", "mode",
+              "params", "step s", "grads in", "early", "passes", "early s", "early load", "early params", "stream", "load wait", "save wait", "optimizer", "grads back", "params home", "end",
               "commit", "spilled");
   for (const ModeResult& r : results_) {
-    std::printf("%-9s %8s %8.3f %9.3f %4.0f/%-2u %6.0f %8.3f %11.3f %10.3f %11.3f %10.3f %11.3f %7.3f %8.3f %10s\n",
+    std::printf("%-9s %8s %8.3f %9.3f %4.0f/%-2u %6.0f %8.3f %10.3f %12.3f %8.3f %11.3f %10.3f %11.3f %10.3f %11.3f "
+                "%7.3f %8.3f %10s\n",
                 ModeName(r.mode), FormatCount(r.params).c_str(), r.step(),
                 r.DaemonMedian(&StepBreakdown::gradients_in_s), r.EarlyShards(), r.shards,
-                r.DaemonCount(&StepBreakdown::early_passes),
+                r.DaemonCount(&StepBreakdown::early_passes), r.DaemonMedian(&StepBreakdown::early_stream_s),
+                r.DaemonMedian(&StepBreakdown::early_load_wait_s), r.DaemonMedian(&StepBreakdown::early_params_home_s),
                 r.DaemonMedian(&StepBreakdown::stream_s), r.DaemonMedian(&StepBreakdown::load_wait_s),
                 r.DaemonMedian(&StepBreakdown::save_wait_s), r.DaemonMedian(&StepBreakdown::optimizer_s),
                 r.DaemonMedian(&StepBreakdown::grads_back_s), r.DaemonMedian(&StepBreakdown::params_home_s),
@@ -472,7 +474,9 @@ void OffloadBench::Report() const {
               "optimizer step's start (the gradient copies, inspections and spills; all sent at once here, so pure "
               "overhead, where training overlaps it with backward); early = shards the daemon stepped while the "
               "gradients came in (of the rank's shards; their time is inside grads in, not stream); passes = the early "
-              "passes that stepped them (each steps the shards inspected since the last); stream = the "
+              "passes that stepped them (a pass takes the shards inspected while it runs and, once every gradient is in, "
+              "the rest); early s = those passes over the states (inside grads in), of which early load = blocked on "
+              "NVMe state-tile loads and early params = on the new params' writes; stream = the step's "
               "pass over the remaining shards' states, holding "
               "load wait / save wait (blocked on NVMe state tiles), optimizer, grads back (spilled gradients read) "
               "and params home (new params written); end = the pipeline's drain; commit = the step made durable; "
@@ -585,6 +589,9 @@ absl::Status OffloadBench::WriteJson() const {
                                       {"commit_s", r.DaemonMedian(&StepBreakdown::commit_s)},
                                       {"shards_early", r.EarlyShards()},
                                       {"early_passes", r.DaemonCount(&StepBreakdown::early_passes)},
+                                      {"early_stream_s", r.DaemonMedian(&StepBreakdown::early_stream_s)},
+                                      {"early_load_wait_s", r.DaemonMedian(&StepBreakdown::early_load_wait_s)},
+                                      {"early_params_home_s", r.DaemonMedian(&StepBreakdown::early_params_home_s)},
                                       {"grad_bytes_spilled", r.DaemonCount(&StepBreakdown::grad_bytes_spilled)},
                                       {"grad_bytes_read_back", r.DaemonCount(&StepBreakdown::grad_bytes_read_back)},
                                       {"rounds", r.daemon_steps.size()}}},

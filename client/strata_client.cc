@@ -273,6 +273,9 @@ StepBreakdown FromProto(const strata::v1::StepTimes& p) {
   b.commit_s = p.commit_s();
   b.shards_early = p.shards_early();
   b.early_passes = p.early_passes();
+  b.early_stream_s = p.early_stream_s();
+  b.early_load_wait_s = p.early_load_wait_s();
+  b.early_params_home_s = p.early_params_home_s();
   b.grad_bytes_spilled = p.grad_bytes_spilled();
   b.grad_bytes_read_back = p.grad_bytes_read_back();
   return b;
@@ -319,12 +322,14 @@ absl::StatusOr<std::string> StrataClient::StatsText() {
       absl::StrAppendFormat(&out,
                             "    last step %.2f s: gradients in %.2f s, stream %.2f s (waiting for NVMe loads %.2f s, "
                             "saves %.2f s, optimizer %.2f s, gradients back %.2f s, params home %.2f s), end %.2f s, "
-                            "commit %.3f s; %llu shards stepped early, in %llu passes, while gradients came in; gradients "
-                            "spilled %llu B, read back %llu B\n",
+                            "commit %.3f s; %llu shards stepped early, in %llu passes, while gradients came in (%.2f s of "
+                            "passes: waiting for NVMe loads %.2f s, params home %.2f s); gradients spilled %llu B, "
+                            "read back %llu B\n",
                             b.total_s(), b.gradients_in_s, b.stream_s, b.load_wait_s, b.save_wait_s, b.optimizer_s,
                             b.grads_back_s, b.params_home_s, b.end_s, b.commit_s,
                             static_cast<unsigned long long>(b.shards_early),
-                            static_cast<unsigned long long>(b.early_passes),
+                            static_cast<unsigned long long>(b.early_passes), b.early_stream_s, b.early_load_wait_s,
+                            b.early_params_home_s,
                             static_cast<unsigned long long>(b.grad_bytes_spilled),
                             static_cast<unsigned long long>(b.grad_bytes_read_back));
     }

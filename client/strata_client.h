@@ -202,6 +202,11 @@ struct StepBreakdown {
   double commit_s = 0;        // the step made durable
   uint64_t shards_early = 0;  // shards stepped while gradients came in (not in stream_s)
   uint64_t early_passes = 0;  // the passes that stepped them
+  // The early passes (inside gradients_in_s, not stream_s): their passes
+  // over the states, and of that blocked on NVMe loads and on param writes.
+  double early_stream_s = 0;
+  double early_load_wait_s = 0;
+  double early_params_home_s = 0;
   uint64_t grad_bytes_spilled = 0;    // gradients written to NVMe since the previous step (window full)
   uint64_t grad_bytes_read_back = 0;  // spilled gradients the step read back
   // gradients in + stream + end + commit: the daemon's share of the step.

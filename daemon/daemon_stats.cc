@@ -84,6 +84,9 @@ strata::v1::StepTimes StepTimesProto(const StepTimes& t) {
   p.set_commit_s(t.commit_s);
   p.set_shards_early(t.shards_early);
   p.set_early_passes(t.early_passes);
+  p.set_early_stream_s(t.early_stream_s);
+  p.set_early_load_wait_s(t.early_load_wait_s);
+  p.set_early_params_home_s(t.early_params_home_s);
   p.set_grad_bytes_spilled(t.grad_bytes_spilled);
   p.set_grad_bytes_read_back(t.grad_bytes_read_back);
   return p;
