@@ -279,12 +279,33 @@ ShardKey InfinityPipeline::SteppedKey(uint64_t job_id, uint32_t rank, uint32_t i
 }
 
 std::optional<StepHooks> InfinityPipeline::EarlyStepLocked(absl::Mutex& job_mu, uint32_t rank,
-                                                           uint32_t index, const ExchangeSlot& slot) {
+                                                           uint32_t index, const ExchangeSlot& slot,
+                                                           bool step_certain) {
   if (!early_apply_ || param_cache_ == nullptr || grad_at_[rank][index] != kInSlot) return std::nullopt;
   // From here on the shard's gradient is taken: no spill, no re-send (the
   // barrier takes a shard stepped early as done).
-  grad_at_[rank][index] = kStepped;
+  grad_at_[rank][index] = step_certain ? kStoring : kStepped;
   StepHooks hooks;
+  if (step_certain) {
+    // Nothing can skip the step now and no trainer acquires before it ends:
+    // stored as the step's own pass stores its shards, so a model within
+    // the budget keeps its params in the window for the next forward.
+    hooks.param_target = [this](const ShardId&) {
+      return (early_staging_ == 0 ? param_staging_ : param_staging_alt_).data();
+    };
+    hooks.shard_done = [this, &job_mu, rank, index, slot](const ShardId&) -> absl::Status {
+      const std::byte* staged = (early_staging_ == 0 ? param_staging_ : param_staging_alt_).data();
+      STRATA_RETURN_IF_ERROR(WaitEarlyWrite());  // the renames below need every pending write landed
+      if (!update_begun_) {
+        param_cache_->BeginUpdate();
+        update_begun_ = true;
+        STRATA_RETURN_IF_ERROR(StoreSteppedParams(job_mu));
+      }
+      FreeGradSlot(job_mu, rank, index, slot, kNowhere);
+      return param_cache_->StoreHomeFrom(rank, index, absl::MakeConstSpan(staged, dtypes_.ParamSlotBytes(slot)));
+    };
+    return hooks;
+  }
   // The pass steps its shards one after another into the two stagings in
   // turn (the step's own pass runs apart from it: both hold the job's
   // states lock).
@@ -318,7 +339,16 @@ absl::Status InfinityPipeline::WaitEarlyWrite() {
   return early_write_.get();
 }
 
-absl::Status InfinityPipeline::EndEarlyPass() { return WaitEarlyWrite(); }
+absl::Status InfinityPipeline::EndEarlyPass(bool failed) {
+  absl::Status written = WaitEarlyWrite();
+  // A failed pass fails the step, which then neither runs nor ends: the
+  // update ends here (the job reloads its params from its last commit).
+  if (failed && update_begun_) {
+    param_cache_->EndUpdate();
+    update_begun_ = false;
+  }
+  return written;
+}
 
 absl::Status InfinityPipeline::StoreSteppedParams(absl::Mutex& job_mu) {
   std::vector<std::pair<uint32_t, uint32_t>> stepped;
@@ -336,7 +366,7 @@ absl::Status InfinityPipeline::StoreSteppedParams(absl::Mutex& job_mu) {
     if (absl::IsFailedPrecondition(installed)) {
       // A copy pinned or moving (not during an update, but cheap to
       // survive): read back and stored the way the step stores params.
-      const uint64_t bytes = dtypes_.ParamSlotBytes((*step_slots_)[rank][index]);
+      const uint64_t bytes = regions_->ParamShard(rank, index).second;
       absl::StatusOr<uint64_t> got = nvme_->Read(pending, param_staging_.span());
       installed = got.ok() ? param_cache_->StoreHomeFrom(rank, index, absl::MakeConstSpan(param_staging_.data(), bytes))
                            : got.status();
@@ -365,7 +395,9 @@ void InfinityPipeline::FreeGradSlot(absl::Mutex& job_mu, uint32_t rank, uint32_t
 
 StepHooks InfinityPipeline::BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
                                       const std::vector<std::vector<ExchangeSlot>>& slots) {
-  param_cache_->BeginUpdate();
+  // Begun already when an early pass stepped shards once the step was certain.
+  if (!update_begun_) param_cache_->BeginUpdate();
+  update_begun_ = false;  // EndStep ends it
   {
     absl::MutexLock lock(&job_mu);
     step_grad_at_ = grad_at_;
@@ -408,7 +440,15 @@ void InfinityPipeline::EndStep(absl::Mutex& job_mu) {
   step_slots_ = nullptr;
 }
 
-void InfinityPipeline::SkipStep(absl::Mutex& job_mu) { ClearGradsAfterStep(job_mu); }
+void InfinityPipeline::SkipStep(absl::Mutex& job_mu) {
+  // (An update an early pass began is for a step that cannot be skipped;
+  // ended here all the same, so Acquire never waits for it.)
+  if (update_begun_) {
+    param_cache_->EndUpdate();
+    update_begun_ = false;
+  }
+  ClearGradsAfterStep(job_mu);
+}
 
 void InfinityPipeline::ClearGradsAfterStep(absl::Mutex& job_mu) {
   std::vector<std::pair<uint32_t, uint32_t>> in_slot, stepped;
@@ -417,7 +457,8 @@ void InfinityPipeline::ClearGradsAfterStep(absl::Mutex& job_mu) {
     for (uint32_t rank = 0; rank < grad_at_.size(); ++rank) {
       std::vector<GradAt>& at = grad_at_[rank];
       for (uint32_t i = 0; i < at.size(); ++i) {
-        if (at[i] == kInSlot) in_slot.emplace_back(rank, i);
+        // kStoring: a failed pass left the shard's gradient in its slot.
+        if (at[i] == kInSlot || at[i] == kStoring) in_slot.emplace_back(rank, i);
         if (at[i] == kStepped) stepped.emplace_back(rank, i);
         at[i] = kNowhere;
       }

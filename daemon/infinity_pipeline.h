@@ -85,11 +85,18 @@ class InfinityPipeline final : public StepPipeline {
   // trainer still acquiring params for backward, the prefetcher and an
   // overflow's rollback (which drops the uncommitted writes) find them as
   // they were. A spilled gradient waits for the step.
+  //
+  // With `step_certain` (the pass's rest, after the last gradient) the new
+  // params are stored the way the step's own pass stores them (StoreHomeFrom:
+  // home, and kept in the window within the budget), inside the param
+  // cache's update, which the first such shard begins (renaming the pending
+  // params of the shards stepped before it first) and the step ends.
   std::optional<StepHooks> EarlyStepLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index,
-                                                   const ExchangeSlot& slot) override
+                                           const ExchangeSlot& slot, bool step_certain) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
-  // Waits for the pass's last pending-params write (see early_write_).
-  absl::Status EndEarlyPass() override;
+  // Waits for the pass's last pending-params write (see early_write_); a
+  // failed pass also ends the param cache's update if it began one.
+  absl::Status EndEarlyPass(bool failed) override;
   StepHooks BeginStep(absl::Mutex& job_mu, const std::vector<ShardId>& ids,
                       const std::vector<std::vector<ExchangeSlot>>& slots) override ABSL_LOCKS_EXCLUDED(job_mu);
   void EndStep(absl::Mutex& job_mu) override ABSL_LOCKS_EXCLUDED(job_mu);
@@ -97,9 +104,11 @@ class InfinityPipeline final : public StepPipeline {
 
  private:
   // Where a shard's gradient of the open step is (kStepped: the shard was
-  // stepped early, its new params are on NVMe under SteppedKey and its slot
-  // is free).
-  enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled, kStepped };
+  // taken by an early pass, its new params go to NVMe under SteppedKey and
+  // its slot is freed once it is stepped; kStoring: taken once the step was
+  // certain, its params go home as the step's own pass stores them, and its
+  // slot is freed then too).
+  enum GradAt : uint8_t { kNowhere, kInSlot, kSpilled, kStepped, kStoring };
   // An early-stepped shard's new params until the step starts: the home's
   // key with index 1 (never committed: renamed onto the home or dropped).
   static ShardKey SteppedKey(uint64_t job_id, uint32_t rank, uint32_t index);
@@ -150,6 +159,9 @@ class InfinityPipeline final : public StepPipeline {
   // states lock), between EarlyStepLocked's hooks and EndEarlyPass.
   AlignedBuffer param_staging_alt_;
   int early_staging_ = 0;
+  // The param cache's update (BeginUpdate) began in an early pass, for the
+  // shards stepped once the step was certain; BeginStep finds it begun.
+  bool update_begun_ = false;
   std::future<absl::Status> early_write_;  // declared after the stagings: waited for first
 
   // Guarded by the job's lock (the job_mu the ...Locked methods take).

@@ -812,7 +812,7 @@ void Job::Inspect(uint32_t rank, uint32_t index) {
     }
     return;
   }
-  std::optional<StepHooks> hooks = pipeline_->EarlyStepLocked(mu_, rank, index, slot);
+  std::optional<StepHooks> hooks = pipeline_->EarlyStepLocked(mu_, rank, index, slot, /*step_certain=*/false);
   if (!hooks.has_value()) return;
   barrier_.MarkApplied(rank, index);
   const std::vector<ShardId> ids = {ShardId{rank, index}};
@@ -881,9 +881,11 @@ std::optional<ShardId> Job::NextEarlyShardLocked(EarlyPass& pass, bool wait) {
       if (!pass.rest.has_value()) {
         pass.rest = barrier_.LocalStats().overflow ? std::vector<ShardId>() : StepShardsLocked();
       }
+      // The step cannot be skipped now, unless other daemons' stats decide.
+      const bool certain = !settings_.external_step_agreement;
       while (pass.next_rest < pass.rest->size()) {
         const ShardId id = (*pass.rest)[pass.next_rest++];
-        if (TakeEarlyLocked(pass, id)) return id;
+        if (TakeEarlyLocked(pass, id, certain)) return id;
       }
       return std::nullopt;
     }
@@ -892,12 +894,13 @@ std::optional<ShardId> Job::NextEarlyShardLocked(EarlyPass& pass, bool wait) {
   }
 }
 
-bool Job::TakeEarlyLocked(EarlyPass& pass, const ShardId& id) {
+bool Job::TakeEarlyLocked(EarlyPass& pass, const ShardId& id, bool step_certain) {
   if (id.rank >= ranks_.size() || id.index >= ranks_[id.rank].slots.size() ||
       barrier_.applied(id.rank, id.index)) {
     return false;
   }
-  std::optional<StepHooks> hooks = pipeline_->EarlyStepLocked(mu_, id.rank, id.index, ranks_[id.rank].slots[id.index]);
+  std::optional<StepHooks> hooks =
+      pipeline_->EarlyStepLocked(mu_, id.rank, id.index, ranks_[id.rank].slots[id.index], step_certain);
   if (!hooks.has_value()) return false;
   barrier_.MarkApplied(id.rank, id.index);
   pass.hooks.insert_or_assign(std::make_pair(id.rank, id.index), std::move(*hooks));
@@ -929,7 +932,7 @@ void Job::StepEarlyLocked(const ShardSource& next, const std::vector<std::vector
     absl::MutexLock states_lock(&states_mu_);
     status = ApplyShards(counted, slots, optimizer_step, grad_scale, hp, hooks, &times);
     // The pipeline's writes still running are the pass's (its error first).
-    absl::Status ended = pipeline_->EndEarlyPass();
+    absl::Status ended = pipeline_->EndEarlyPass(/*failed=*/!status.ok());
     if (status.ok()) status = ended;
   }
   if (!status.ok() && pipeline_->durable()) RollbackUncommitted();

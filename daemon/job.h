@@ -401,8 +401,10 @@ class Job {
   // with `wait`, for this pass). Releases mu_ while it inspects or waits.
   std::optional<ShardId> NextEarlyShardLocked(EarlyPass& pass, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks `id` applied and keeps its hooks in `pass` when the pipeline steps
-  // it early now (false: it waits for the step, or was stepped).
-  bool TakeEarlyLocked(EarlyPass& pass, const ShardId& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // it early now (false: it waits for the step, or was stepped);
+  // `step_certain` as in StepPipeline::EarlyStepLocked.
+  bool TakeEarlyLocked(EarlyPass& pass, const ShardId& id, bool step_certain = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Steps the shards `next` gives early, in one pass (the pipeline's `hooks`;
   // `slots`: a copy of every rank's, AllSlotsLocked), outside mu_; the
   // caller has marked them applied. On failure the job fails as a failed

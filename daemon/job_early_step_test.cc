@@ -388,6 +388,14 @@ TEST_F(JobEarlyStepTest, OnePassStepsTheGradientsThatComeWhileItRunsAndTheRest) 
   EXPECT_GE(last.early_params_home_s, 0);
   EXPECT_LE(last.early_load_wait_s + last.early_params_home_s, last.early_stream_s);
   EXPECT_FALSE(scratch_->store()->Contains(pending));  // renamed onto the home
+  // The last gradient's shard was stepped once the step was certain: its
+  // new params went home the way the step's own pass stores them, kept in
+  // the window (the budget has room), so acquiring it reads nothing.
+  const ParamCacheStats before = job->counters().params;
+  ASSERT_TRUE(job->Acquire(0, {0}, absl::Now() + kWait).ok());
+  ASSERT_TRUE(job->Release(0, {0}).ok());
+  EXPECT_EQ(job->counters().params.hits, before.hits + 1);
+  EXPECT_EQ(job->counters().params.misses, before.misses);
   StepWaiting(*waits, waits_window, grad);
   if (HasFatalFailure()) return;
   ExpectSameParams(*job, window, *waits, waits_window, kNumel);

@@ -30,7 +30,8 @@ absl::StatusOr<std::unique_ptr<StepPipeline>> MakeStepPipeline(uint64_t job_id, 
 }
 
 std::optional<StepHooks> StepPipeline::EarlyStepLocked(absl::Mutex& /*job_mu*/, uint32_t /*rank*/,
-                                                       uint32_t /*index*/, const ExchangeSlot& /*slot*/) {
+                                                       uint32_t /*index*/, const ExchangeSlot& /*slot*/,
+                                                       bool /*step_certain*/) {
   return StepHooks{};
 }
 

@@ -148,15 +148,17 @@ class StepPipeline {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
   // The gradient of (rank, index) was inspected and early_apply() holds: the
   // hooks to step this shard with now, or nullopt to leave it to the step.
-  // Default: now, from and into its slots.
+  // `step_certain`: every gradient of the step is in and none overflowed, so
+  // the step can no longer be skipped (it can still fail). Default: now,
+  // from and into its slots.
   virtual std::optional<StepHooks> EarlyStepLocked(absl::Mutex& job_mu, uint32_t rank, uint32_t index,
-                                                   const ExchangeSlot& slot)
+                                                   const ExchangeSlot& slot, bool step_certain)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job_mu);
 
   // An early pass (the shards of EarlyStepLocked's hooks, one ApplyShards)
-  // ended, well or not: what its hooks left running is done when this
+  // ended, `failed` or not: what its hooks left running is done when this
   // returns, and its error is the pass's. Default: nothing left.
-  virtual absl::Status EndEarlyPass() { return absl::OkStatus(); }
+  virtual absl::Status EndEarlyPass(bool /*failed*/) { return absl::OkStatus(); }
 
   // --- The optimizer step (the job's states lock held, its main lock not).
   // `ids` are stepped in order over `slots`, which stay valid until EndStep.
