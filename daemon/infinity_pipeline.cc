@@ -286,15 +286,16 @@ std::optional<StepHooks> InfinityPipeline::EarlyStepLocked(absl::Mutex& job_mu, 
   // barrier takes a shard stepped early as done).
   grad_at_[rank][index] = step_certain ? kStoring : kStepped;
   StepHooks hooks;
+  // The pass steps its shards one after another into the two stagings in
+  // turn (the step's own pass runs apart from it: both hold the job's
+  // states lock).
+  hooks.param_target = [this](const ShardId&) { return EarlyStaging(); };
   if (step_certain) {
     // Nothing can skip the step now and no trainer acquires before it ends:
     // stored as the step's own pass stores its shards, so a model within
     // the budget keeps its params in the window for the next forward.
-    hooks.param_target = [this](const ShardId&) {
-      return (early_staging_ == 0 ? param_staging_ : param_staging_alt_).data();
-    };
     hooks.shard_done = [this, &job_mu, rank, index, slot](const ShardId&) -> absl::Status {
-      const std::byte* staged = (early_staging_ == 0 ? param_staging_ : param_staging_alt_).data();
+      const std::byte* staged = EarlyStaging();
       STRATA_RETURN_IF_ERROR(WaitEarlyWrite());  // the renames below need every pending write landed
       if (!update_begun_) {
         param_cache_->BeginUpdate();
@@ -306,14 +307,8 @@ std::optional<StepHooks> InfinityPipeline::EarlyStepLocked(absl::Mutex& job_mu, 
     };
     return hooks;
   }
-  // The pass steps its shards one after another into the two stagings in
-  // turn (the step's own pass runs apart from it: both hold the job's
-  // states lock).
-  hooks.param_target = [this](const ShardId&) {
-    return (early_staging_ == 0 ? param_staging_ : param_staging_alt_).data();
-  };
   hooks.shard_done = [this, &job_mu, rank, index, slot](const ShardId&) -> absl::Status {
-    const std::byte* staged = (early_staging_ == 0 ? param_staging_ : param_staging_alt_).data();
+    const std::byte* staged = EarlyStaging();
     // The previous shard's write: the other staging is the next shard's.
     STRATA_RETURN_IF_ERROR(WaitEarlyWrite());
     const auto params = absl::MakeConstSpan(staged, dtypes_.ParamSlotBytes(slot));
@@ -334,6 +329,16 @@ std::optional<StepHooks> InfinityPipeline::EarlyStepLocked(absl::Mutex& job_mu, 
   return hooks;
 }
 
+std::byte* InfinityPipeline::EarlyStaging() {
+  return (early_staging_ == 0 ? param_staging_ : param_staging_alt_).data();
+}
+
+void InfinityPipeline::EndBegunUpdate() {
+  if (!update_begun_) return;
+  param_cache_->EndUpdate();
+  update_begun_ = false;
+}
+
 absl::Status InfinityPipeline::WaitEarlyWrite() {
   if (!early_write_.valid()) return absl::OkStatus();
   return early_write_.get();
@@ -343,10 +348,7 @@ absl::Status InfinityPipeline::EndEarlyPass(bool failed) {
   absl::Status written = WaitEarlyWrite();
   // A failed pass fails the step, which then neither runs nor ends: the
   // update ends here (the job reloads its params from its last commit).
-  if (failed && update_begun_) {
-    param_cache_->EndUpdate();
-    update_begun_ = false;
-  }
+  if (failed) EndBegunUpdate();
   return written;
 }
 
@@ -443,10 +445,7 @@ void InfinityPipeline::EndStep(absl::Mutex& job_mu) {
 void InfinityPipeline::SkipStep(absl::Mutex& job_mu) {
   // (An update an early pass began is for a step that cannot be skipped;
   // ended here all the same, so Acquire never waits for it.)
-  if (update_begun_) {
-    param_cache_->EndUpdate();
-    update_begun_ = false;
-  }
+  EndBegunUpdate();
   ClearGradsAfterStep(job_mu);
 }
 

@@ -121,6 +121,10 @@ class InfinityPipeline final : public StepPipeline {
       ABSL_LOCKS_EXCLUDED(job_mu);
   // Waits for the early pass's write in flight, if any: its result.
   absl::Status WaitEarlyWrite();
+  // The staging the early pass's next shard is stepped into (early_staging_'s).
+  std::byte* EarlyStaging();
+  // Ends the param cache's update if an early pass began it (update_begun_).
+  void EndBegunUpdate();
   // After the step: every gradient slot's memory back, the spilled copies
   // deleted (before the commit, so none becomes durable).
   void ClearGradsAfterStep(absl::Mutex& job_mu) ABSL_LOCKS_EXCLUDED(job_mu);

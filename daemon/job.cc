@@ -966,8 +966,8 @@ void Job::RollbackUncommitted() {
   if (!superseded_) services_.nvme->Rollback(id_);
 }
 
-absl::Status Job::ApplyShards(const ShardSource& next, const std::vector<std::vector<ExchangeSlot>>& slots, int64_t optimizer_step,
-                              float grad_scale, const std::vector<OptimizerHyperparams>& hp,
+absl::Status Job::ApplyShards(const ShardSource& next, const std::vector<std::vector<ExchangeSlot>>& slots,
+                              int64_t optimizer_step, float grad_scale, const std::vector<OptimizerHyperparams>& hp,
                               const StepHooks& hooks, StepTimes* times) {
   const auto& shard_done = hooks.shard_done;
   const auto& grad_source = hooks.grad_source;

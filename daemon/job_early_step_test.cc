@@ -179,6 +179,19 @@ class JobEarlyStepTest : public ::testing::Test {
     EXPECT_EQ(waits.counters().shards_stepped_early, 0u);
   }
 
+  // Sends shard `index`'s gradient (step 0) to job `id` and waits until its
+  // new params wait on NVMe under their pending key: the pass stepped it and
+  // waits for the next shard.
+  template <typename Fn>
+  void SendAndWaitForItsPendingParams(Job& job, std::byte* window, uint64_t id, uint32_t index, Fn grad) {
+    const ExchangeSlot slot = job.SlotsOf(0)[index];
+    Fill(window + slot.grad_offset, slot, grad);
+    ASSERT_TRUE(job.GradReady(0, index, 0).ok());
+    const ShardKey pending{JobId(id), Rank(0), TensorId(index), TensorKind::kParam16, 1};
+    for (int k = 0; k < 3000 && !scratch_->store()->Contains(pending); ++k) absl::SleepFor(absl::Milliseconds(2));
+    ASSERT_TRUE(scratch_->store()->Contains(pending));
+  }
+
   // Every shard's params, as an acquire reads them, are the same bits in
   // both jobs, and moved from their initial values.
   static void ExpectSameParams(Job& job, std::byte* window, Job& waits, std::byte* waits_window, uint64_t numel) {
@@ -366,12 +379,9 @@ TEST_F(JobEarlyStepTest, OnePassStepsTheGradientsThatComeWhileItRunsAndTheRest) 
   const std::vector<ExchangeSlot> slots = job->SlotsOf(0);
   auto grad = [](uint64_t t, uint64_t e) { return Grad(t, e, 0); };
   const uint32_t first = kShards - 1;
-  Fill(window + slots[first].grad_offset, slots[first], grad);
-  ASSERT_TRUE(job->GradReady(0, first, 0).ok());
-  // Its new params are on NVMe: the pass stepped it and waits for the next.
+  SendAndWaitForItsPendingParams(*job, window, 9, first, grad);
+  if (HasFatalFailure()) return;
   const ShardKey pending{JobId(9), Rank(0), TensorId(first), TensorKind::kParam16, 1};
-  for (int k = 0; k < 3000 && !scratch_->store()->Contains(pending); ++k) absl::SleepFor(absl::Milliseconds(2));
-  ASSERT_TRUE(scratch_->store()->Contains(pending));
   for (uint32_t i = first; i-- > 0;) {
     Fill(window + slots[i].grad_offset, slots[i], grad);
     ASSERT_TRUE(job->GradReady(0, i, 0).ok());
@@ -412,12 +422,8 @@ TEST_F(JobEarlyStepTest, AnOverflowEndsThePassAndItsShardsAreRolledBack) {
   auto grad = [](uint64_t t, uint64_t e) { return Grad(t, e, 0); };
   const uint32_t first = kShards - 1;
   auto pending = [](uint32_t index) { return ShardKey{JobId(11), Rank(0), TensorId(index), TensorKind::kParam16, 1}; };
-  Fill(window + slots[first].grad_offset, slots[first], grad);
-  ASSERT_TRUE(job->GradReady(0, first, 0).ok());
-  for (int k = 0; k < 3000 && !scratch_->store()->Contains(pending(first)); ++k) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  ASSERT_TRUE(scratch_->store()->Contains(pending(first)));
+  SendAndWaitForItsPendingParams(*job, window, 11, first, grad);
+  if (HasFatalFailure()) return;
   for (uint32_t i = first; i-- > 0;) {
     Fill(window + slots[i].grad_offset, slots[i], grad);
     if (i == 0) reinterpret_cast<uint16_t*>(window + slots[i].grad_offset)[7] = 0x7c00;  // inf
