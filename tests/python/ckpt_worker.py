@@ -168,3 +168,40 @@ def _reattach(rank, world, task):
         losses.append(train_step(model, opt, sched, tokens, step, rank, world, cfg))
     opt.close()
     return {"start": start, "losses": losses, "params": params_of(model)}
+
+
+def make_infinity_optimizer(model, cfg, socket):
+    """Zero3AdamW in mode infinity (params and states on the daemon's NVMe) with the schedule,
+    groups, clipping and accumulation of make_optimizer; the host budget is a quarter of the
+    params' bytes (the daemon raises it to what its largest shard needs)."""
+    import strata.torch as st
+    params_bytes = 4 * sum(p.numel() for p in model.parameters())
+    opt = st.Zero3AdamW(model, st.decay_groups(model, cfg["weight_decay"]), lr=cfg["lr"], betas=(0.9, 0.999),
+                        eps=1e-8, socket=socket, mode="infinity", pinned_budget_bytes=params_bytes // 4,
+                        persistence_threshold=256, max_norm=cfg["max_norm"],
+                        gradient_accumulation_steps=cfg["accumulation"])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg))
+    return opt, sched
+
+
+def _infinity(rank, world, task):
+    """As _first, through a ZeRO-Infinity job (Zero3AdamW, mode infinity): trains save_at steps,
+    rank 0 checkpoints the daemon's job, every rank gathers the whole params (what the export
+    must hold), then trains on to the end (the uninterrupted run a resume is compared with)."""
+    cfg = CFG
+    tokens = tiny_gpt.encode(tiny_gpt.make_text())
+    model = make_model(cfg)
+    opt, sched = make_infinity_optimizer(model, cfg, task["socket"])
+    assert opt.mode == "infinity"
+    losses = []
+    for step in range(cfg["save_at"]):
+        losses.append(train_step(model, opt, sched, tokens, step, rank, world, cfg))
+    if rank == 0:
+        opt.client.save_checkpoint(opt.job_name, task["checkpoint"])
+    dist.barrier()
+    opt.gather_params()
+    saved_params = [p.detach().clone() for g in opt.param_groups for p in g["params"]]   # registration order
+    for step in range(cfg["save_at"], cfg["steps"]):
+        losses.append(train_step(model, opt, sched, tokens, step, rank, world, cfg))
+    opt.close()
+    return {"losses": losses, "saved_params": saved_params, "params": params_of(model)}
