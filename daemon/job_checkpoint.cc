@@ -10,11 +10,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/checked_math.h"
 #include "core/errno_status.h"
 #include "core/random_id.h"
 #include "core/status_macros.h"
@@ -93,6 +99,94 @@ void RemoveTemp(int parent_fd, const std::string& tmp, const std::vector<std::st
     for (const std::string& f : files) unlinkat(dir.get(), f.c_str(), 0);
   }
   unlinkat(parent_fd, tmp.c_str(), AT_REMOVEDIR);
+}
+
+// How one shard file lays out its states, as the manifest lists it (SaveTo
+// writes `files`): `padded` elements, `streams` fp32 streams interleaved by
+// tiles of `tile` elements (tile k of every stream, then tile k+1), then the
+// params. The loading job's own NVMe tile can differ (it is derived from the
+// daemon's staging size), so LoadFrom reads by the file's tiling, not its own.
+struct ShardFileLayout {
+  uint64_t padded = 0;
+  uint64_t tile = 0;
+};
+
+// The manifest's `files` by (rank, index). Empty for a manifest written
+// before files were listed: those are read in the loading job's own tiling,
+// as their daemon wrote them. The manifest is a client's file: every field
+// is type- and range-checked, a bad one is DataLoss naming it.
+absl::StatusOr<absl::flat_hash_map<std::pair<uint32_t, uint32_t>, ShardFileLayout>> ReadFileLayouts(
+    const std::string& text, const std::string& path, std::vector<std::string>* streams) {
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, ShardFileLayout> layouts;
+  const nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object() || !m.contains("files")) return layouts;
+  const nlohmann::json& files = m["files"];
+  const nlohmann::json* names = m.contains("streams") ? &m["streams"] : nullptr;
+  if (!files.is_array() || names == nullptr || !names->is_array() || names->empty() || names->size() > 4) {
+    return absl::DataLossError(absl::StrCat(path, ": 'files' must be an array beside 'streams', an array of 1 to 4 "
+                                            "stream names"));
+  }
+  for (const nlohmann::json& n : *names) {
+    if (!n.is_string()) return absl::DataLossError(absl::StrCat(path, ": 'streams' holds a non-string"));
+    streams->push_back(n.get<std::string>());
+  }
+  auto number = [&](const nlohmann::json& e, const char* key, size_t i) -> absl::StatusOr<uint64_t> {
+    if (!e.is_object() || !e.contains(key) || !e[key].is_number_unsigned()) {
+      return absl::DataLossError(absl::StrCat(path, ": files[", i, "].", key, " must be a non-negative integer"));
+    }
+    return e[key].get<uint64_t>();
+  };
+  for (size_t i = 0; i < files.size(); ++i) {
+    const nlohmann::json& e = files[i];
+    STRATA_ASSIGN_OR_RETURN(const uint64_t rank, number(e, "rank", i));
+    STRATA_ASSIGN_OR_RETURN(const uint64_t index, number(e, "index", i));
+    STRATA_ASSIGN_OR_RETURN(const uint64_t padded, number(e, "padded_numel", i));
+    STRATA_ASSIGN_OR_RETURN(const uint64_t tile, number(e, "tile_numel", i));
+    if (rank > UINT32_MAX || index > UINT32_MAX) {
+      return absl::DataLossError(absl::StrCat(path, ": files[", i, "] names rank ", rank, " shard ", index));
+    }
+    if (padded > 0 && (tile == 0 || tile > padded)) {
+      return absl::DataLossError(absl::StrCat(path, ": files[", i, "].tile_numel is ", tile, "; it must be 1 to its ",
+                                              padded, " elements"));
+    }
+    if (!layouts.emplace(std::make_pair(static_cast<uint32_t>(rank), static_cast<uint32_t>(index)),
+                         ShardFileLayout{padded, tile}).second) {
+      return absl::DataLossError(absl::StrCat(path, ": rank ", rank, " shard ", index, " is listed twice"));
+    }
+  }
+  return layouts;
+}
+
+absl::Status PReadAll(int fd, void* data, size_t size, uint64_t offset, const std::string& path) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = pread(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, absl::StrCat("reading ", path));
+    }
+    if (n == 0) return absl::DataLossError(absl::StrCat(path, " is shorter than its manifest says"));
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+// Elements [offset, offset + size) of stream `k` of `streams` from a file laid
+// out as `layout` says, into `dst`: one read per file tile the range crosses.
+// REQUIRES: offset + size <= layout.padded (the file's size was checked).
+absl::Status ReadStreamRange(int fd, const std::string& path, const ShardFileLayout& layout, uint64_t streams,
+                             uint64_t k, uint64_t offset, uint64_t size, float* dst) {
+  for (uint64_t e = offset; e < offset + size;) {
+    const uint64_t tile_begin = e / layout.tile * layout.tile;
+    const uint64_t tile_len = std::min(layout.tile, layout.padded - tile_begin);
+    const uint64_t n = std::min(offset + size, tile_begin + tile_len) - e;
+    const uint64_t at = (tile_begin * streams + k * tile_len + (e - tile_begin)) * 4;
+    STRATA_RETURN_IF_ERROR(PReadAll(fd, dst + (e - offset), n * 4, at, path));
+    e += n;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -263,6 +357,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(
       STRATA_RETURN_IF_ERROR(job->Register(r, record.tensors, record.groups, record.partitions[r]));
     }
   }
+  std::vector<std::string> file_streams;
+  STRATA_ASSIGN_OR_RETURN(const auto layouts, ReadFileLayouts(text, manifest_path, &file_streams));
   absl::MutexLock lock(&job->mu_);
   const size_t psize = DTypeSize(job->settings_.param_dtype);
   for (uint32_t r = 0; r < job->ranks_.size(); ++r) {
@@ -270,15 +366,62 @@ absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(
       const std::string file = ShardFile(r, slot.layout.index);
       const std::string path = absl::StrCat(display, "/", file);
       STRATA_ASSIGN_OR_RETURN(UniqueFd fd, OpenFileIn(dir_fd, file, path));
+      const uint64_t padded = slot.layout.padded_numel;
+      // The file's own tiling where the manifest lists it (checked against
+      // the job's layout and the file's size before anything is read).
+      std::optional<ShardFileLayout> layout;
+      if (!layouts.empty()) {
+        auto it = layouts.find(std::make_pair(r, slot.layout.index));
+        if (it == layouts.end()) {
+          return absl::DataLossError(absl::StrCat(manifest_path, " lists no file for rank ", r, " shard ",
+                                                  slot.layout.index));
+        }
+        if (it->second.padded != padded) {
+          return absl::DataLossError(absl::StrCat(manifest_path, " gives ", file, " ", it->second.padded,
+                                                  " elements; the job's shard has ", padded));
+        }
+        layout = it->second;
+        struct stat st {};
+        if (fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("stat ", path));
+        STRATA_ASSIGN_OR_RETURN(const uint64_t per_element,
+                                CheckedAdd(file_streams.size() * 4, psize, "bytes per element"));
+        STRATA_ASSIGN_OR_RETURN(const uint64_t expected, CheckedMul(padded, per_element, "shard file bytes"));
+        if (static_cast<uint64_t>(st.st_size) != expected) {
+          return absl::DataLossError(absl::StrCat(path, " holds ", st.st_size, " bytes; its layout says ", expected, " (",
+                                                  padded, " elements x (", file_streams.size(), " fp32 streams + ",
+                                                  psize, "-byte params))"));
+        }
+      }
       absl::Status s = job->states_->Update({ShardId{r, slot.layout.index}}, [&](const ShardId&, const StateTile& tile) {
-        for (float* stream : {tile.master, tile.exp_avg, tile.exp_avg_sq, tile.max_exp_avg_sq}) {
-          if (stream == nullptr) continue;
-          STRATA_RETURN_IF_ERROR(ReadAll(fd.get(), stream, tile.size * 4, path));
+        const char* names[] = {"master", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+        float* streams[] = {tile.master, tile.exp_avg, tile.exp_avg_sq, tile.max_exp_avg_sq};
+        if (!layout.has_value()) {  // an older manifest: the job's own tiling
+          for (float* stream : streams) {
+            if (stream != nullptr) STRATA_RETURN_IF_ERROR(ReadAll(fd.get(), stream, tile.size * 4, path));
+          }
+          return absl::OkStatus();
+        }
+        uint64_t k = 0;
+        for (int i = 0; i < 4; ++i) {
+          if (streams[i] == nullptr) continue;
+          if (k >= file_streams.size() || file_streams[k] != names[i]) {
+            return absl::DataLossError(absl::StrCat(manifest_path, " lists streams [", absl::StrJoin(file_streams, ", "),
+                                                    "]; the job's optimizer keeps '", names[i], "' as stream ", k));
+          }
+          STRATA_RETURN_IF_ERROR(
+              ReadStreamRange(fd.get(), path, *layout, file_streams.size(), k, tile.offset, tile.size, streams[i]));
+          ++k;
+        }
+        if (k != file_streams.size()) {
+          return absl::DataLossError(absl::StrCat(manifest_path, " lists ", file_streams.size(),
+                                                  " streams; the job's optimizer keeps ", k));
         }
         return absl::OkStatus();
       });
       if (s.ok()) {
-        s = ReadAll(fd.get(), job->ranks_[r].exchange.data() + slot.param_offset, slot.layout.padded_numel * psize, path);
+        std::byte* params = job->ranks_[r].exchange.data() + slot.param_offset;
+        s = layout.has_value() ? PReadAll(fd.get(), params, padded * psize, padded * file_streams.size() * 4, path)
+                               : ReadAll(fd.get(), params, padded * psize, path);
       }
       if (!s.ok()) return s;
       STRATA_RETURN_IF_ERROR(job->pipeline_->ParamsWritten(r, slot.layout.index));

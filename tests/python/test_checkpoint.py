@@ -456,3 +456,75 @@ def test_infinity_export_of_a_shard_of_several_tiles(tmp_path):
     assert worst["param"] <= 1e-5, worst
     assert worst["exp_avg"] <= 2e-10, worst
     assert worst["exp_avg_sq"] <= 2e-15, worst
+
+
+def _retile(src, dst, tile):
+    """A copy of checkpoint `src` at `dst` whose shard files interleave their streams by tiles of
+    `tile` elements (the manifest's tile_numel says so), as a daemon of another NVMe tile writes."""
+    os.mkdir(dst)
+    with open(os.path.join(src, "manifest.json")) as f:
+        manifest = json.load(f)
+    n_streams, psize = len(manifest["streams"]), manifest["param_bytes"]
+    for e in manifest["files"]:
+        padded, old = e["padded_numel"], e["tile_numel"]
+        with open(os.path.join(src, e["file"]), "rb") as f:
+            raw = f.read()
+        floats = torch.frombuffer(bytearray(raw[:n_streams * padded * 4]), dtype=torch.float32)
+        streams = [[] for _ in range(n_streams)]
+        for begin in range(0, padded, old):          # un-interleave the file's own tiling
+            count = min(old, padded - begin)
+            for k in range(n_streams):
+                at = begin * n_streams + k * count
+                streams[k].append(floats[at:at + count])
+        streams = [torch.cat(s) for s in streams]
+        new = min(tile, padded)
+        out = [streams[k][b:b + new] for b in range(0, padded, new) for k in range(n_streams)]
+        with open(os.path.join(dst, e["file"]), "wb") as f:
+            f.write(torch.cat(out).numpy().tobytes())
+            f.write(raw[n_streams * padded * 4:])
+        assert os.path.getsize(os.path.join(dst, e["file"])) == padded * (n_streams * 4 + psize)
+        e["tile_numel"] = new
+    with open(os.path.join(dst, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    return manifest
+
+
+def test_a_checkpoint_of_another_tiling_loads_the_same_states(infinity_saved):
+    """LoadCheckpoint reads each shard file by the tiling its manifest lists, not by the loading
+    daemon's own NVMe tile: the Infinity checkpoint re-interleaved by 1000-element tiles loads,
+    and saving the loaded job again gives back the original files byte for byte. A manifest
+    whose tile or size disagrees with its file is refused by name, and loads nothing."""
+    from strata import client as strata_client
+    from strata.errors import StrataError
+    root = os.environ["STRATA_CHECKPOINT_ROOT"]
+    src = infinity_saved["checkpoint"]
+    tag = uuid.uuid4().hex[:8]
+    retiled, again = os.path.join(root, f"retiled-{tag}"), os.path.join(root, f"again-{tag}")
+    bad_tile, bad_size = os.path.join(root, f"badtile-{tag}"), os.path.join(root, f"badsize-{tag}")
+    client = strata_client.connect(infinity_saved["socket"])
+    try:
+        manifest = _retile(src, retiled, 1000)
+        assert any(e["padded_numel"] > 1000 for e in manifest["files"]), "no shard spans two tiles"
+        client.load_checkpoint(retiled, f"retiled-{tag}")
+        client.save_checkpoint(f"retiled-{tag}", again)
+        client.delete_job(f"retiled-{tag}")
+        for e in manifest["files"]:
+            with open(os.path.join(src, e["file"]), "rb") as a, open(os.path.join(again, e["file"]), "rb") as b:
+                assert a.read() == b.read(), f"{e['file']} differs after loading it re-tiled and saving it again"
+        # Hostile: a tile of 0 elements, and a file a float short of its layout.
+        manifest = _retile(src, bad_tile, 1000)
+        manifest["files"][0]["tile_numel"] = 0
+        with open(os.path.join(bad_tile, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
+        with pytest.raises(StrataError, match="tile_numel is 0"):
+            client.load_checkpoint(bad_tile, f"badtile-{tag}")
+        manifest = _retile(src, bad_size, 1000)
+        victim = os.path.join(bad_size, manifest["files"][-1]["file"])
+        os.truncate(victim, os.path.getsize(victim) - 4)
+        with pytest.raises(StrataError, match="holds .* bytes; its layout says"):
+            client.load_checkpoint(bad_size, f"badsize-{tag}")
+        names = [j["name"] for j in client.list_jobs()]
+        assert not any(tag in n for n in names), names
+    finally:
+        for d in (retiled, again, bad_tile, bad_size):
+            shutil.rmtree(d, ignore_errors=True)
