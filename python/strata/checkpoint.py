@@ -387,6 +387,70 @@ def _read_shard(f, path, e, streams, full):
                 done += k
 
 
+def _replace_file(path, data):
+    """`path` (an existing regular file, not a link) replaced by `data`, atomically."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def write_optimizer_states(directory, states, step):
+    """Rewrites the optimizer streams of one checkpoint directory (every stream but 'master') from
+    `states`, {tensor index: {stream name: 1-D float32 tensor of the tensor's numel}}, each file by
+    its own layout (ranges, NVMe tiles), and sets the manifest's optimizer step count to `step`.
+    The fp32 masters and the params stay as saved. Each element is written by the rank file that
+    owns it, so a directory of a multi-daemon job needs only its own tensors' elements; a tensor
+    missing from `states` is a CheckpointError. stratad's LoadCheckpoint then loads the directory
+    (what ZeRO-3's load_state_dict does)."""
+    import torch
+
+    m = read_manifest(os.fspath(directory))
+    streams = m["streams"]
+    n_streams = len(streams)
+    for e in m["files"]:
+        for (t, _, _, _) in e["ranges"]:
+            for s in streams[1:]:
+                v = states.get(t, {}).get(s)
+                if v is None or v.dtype != torch.float32 or v.dim() != 1 or v.numel() != m["numels"][t]:
+                    raise CheckpointError(f"no float32 '{s}' of {m['numels'][t]} elements given for tensor {t} "
+                                          f"('{m['names'][t]}')")
+    for e in m["files"]:
+        path = os.path.join(m["dir"], e["file"])
+        f, size = _open_regular(path)
+        with f:
+            expected = e["padded"] * (n_streams * 4 + m["param_bytes"])
+            if size != expected:
+                raise CheckpointError(f"{path} holds {size} bytes; its layout says {expected}")
+            raw = _read_exact(f, size, path)
+        padded, tile = e["padded"], e["tile"]
+        if padded == 0:
+            continue
+        floats = torch.frombuffer(raw, dtype=torch.float32, count=n_streams * padded)   # writes through to raw
+        for begin in range(0, padded, tile):
+            count = min(tile, padded - begin)
+            for k, s in enumerate(streams):
+                if s == "master":
+                    continue
+                base = begin * n_streams + k * count    # tile `begin` of stream k
+                for (t, t_off, n, s_off) in e["ranges"]:
+                    a, b = max(s_off, begin), min(s_off + n, begin + count)
+                    if a < b:
+                        floats[base + a - begin:base + b - begin].copy_(
+                            states[t][s][t_off + a - s_off:t_off + b - s_off])
+        _replace_file(path, raw)
+    manifest_path = os.path.join(m["dir"], "manifest.json")
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    manifest["optimizer_steps"] = int(step)
+    _replace_file(manifest_path, json.dumps(manifest, indent=2).encode())
+
+
 def export(directories, to):
     """consolidate() written with torch.save to `to` (a new file: an existing one is refused)."""
     import torch

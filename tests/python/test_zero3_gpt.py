@@ -217,3 +217,92 @@ def test_session_init_batches_and_write_grad(nvme_stratad):
         s.write_grad(0, grad.view(numpy.uint8)[::2])
     s.close()
     c.delete_job("py-session-calls")
+
+
+def _train(model, opt, steps, first, extra_zero_grads=()):
+    """`steps` steps of the _Net task from step `first` on (fixed data per step)."""
+    for step in range(first, first + steps):
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(100 + step))
+        model(x).square().mean().backward()
+        for p in extra_zero_grads:
+            p.grad = torch.zeros_like(p)
+        opt.step()
+        opt.zero_grad()
+
+
+@pytest.mark.parametrize("mode", ["offload", "infinity"])
+def test_state_dict_and_load_state_dict(nvme_stratad, mode):
+    """Zero3AdamW.state_dict() is torch.optim.AdamW's state after the same steps (numbering, step,
+    moments) and loads into it; a new Zero3AdamW over the trained params that loads it continues
+    bit for bit as the optimizer it came from, and one that loads torch's own state dict continues
+    as torch does."""
+    import strata.torch as st
+    torch.manual_seed(7)
+    model, ref = _Net(), _Net()
+    ref.load_state_dict(model.state_dict())
+    kw = dict(lr=1e-2, weight_decay=0.1, socket=nvme_stratad.socket, mode=mode, persistence_threshold=32,
+              pinned_budget_bytes=8 << 10)
+    opt = st.Zero3AdamW(model, st.decay_groups(model, 0.1), **kw)
+    ref_opt = torch.optim.AdamW(st.decay_groups(ref, 0.1), lr=1e-2)
+    try:
+        _train(model, opt, 3, 0)
+        _train(ref, ref_opt, 3, 0, extra_zero_grads=list(ref.unused.parameters()))
+        sd = opt.state_dict()
+        want = ref_opt.state_dict()
+        assert [g["params"] for g in sd["param_groups"]] == [g["params"] for g in want["param_groups"]]
+        assert sd["state"].keys() == want["state"].keys()
+        for i, entry in sd["state"].items():
+            assert set(entry) == {"step", "exp_avg", "exp_avg_sq"}, entry.keys()
+            assert entry["step"].item() == want["state"][i]["step"].item() == 3
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert entry[key].shape == want["state"][i][key].shape, (i, key)
+                assert torch.allclose(entry[key], want["state"][i][key], rtol=1e-5, atol=1e-9), (i, key)
+        torch.optim.AdamW(st.decay_groups(_Net(), 0.1)).load_state_dict(sd)
+        opt.gather_params()
+        trained = {name: p.detach().clone() for name, p in model.named_parameters()}
+        _train(model, opt, 2, 3)
+        opt.gather_params()
+        continued = {name: p.detach().clone() for name, p in model.named_parameters()}
+    finally:
+        opt.close()
+    # Resumed from its own state dict: bit for bit; from torch's: as torch continues.
+    for source, expect_exact in ((sd, True), (want, False)):
+        resumed = _Net()
+        resumed.load_state_dict(trained)
+        opt2 = st.Zero3AdamW(resumed, st.decay_groups(resumed, 0.1), **kw)
+        try:
+            opt2.load_state_dict(source)
+            assert opt2.state_dict()["state"][0]["step"].item() == 3
+            _train(resumed, opt2, 2, 3)
+            opt2.gather_params()
+            got = {name: p.detach().clone() for name, p in resumed.named_parameters()}
+        finally:
+            opt2.close()
+        if expect_exact:
+            for name, value in continued.items():
+                assert torch.equal(got[name], value), f"{name}: {(got[name] - value).abs().max().item()}"
+    _train(ref, ref_opt, 2, 3, extra_zero_grads=list(ref.unused.parameters()))
+    for (name, p), q in zip(resumed.named_parameters(), ref.parameters()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-6), f"{name}: {(p - q).abs().max().item()}"
+
+
+def test_load_state_dict_refuses_a_mismatched_dict(nvme_stratad):
+    import strata.torch as st
+    model = _Net()
+    opt = st.Zero3AdamW(model, st.decay_groups(model, 0.1), lr=1e-2, socket=nvme_stratad.socket,
+                        persistence_threshold=32)
+    try:
+        _train(model, opt, 1, 0)
+        sd = opt.state_dict()
+        with pytest.raises(ValueError, match="param groups"):
+            opt.load_state_dict({"state": sd["state"], "param_groups": sd["param_groups"][:1]})
+        short = {i: dict(e) for i, e in sd["state"].items()}
+        short[0]["exp_avg"] = short[0]["exp_avg"].reshape(-1)[:-1]
+        with pytest.raises(ValueError, match="elements"):
+            opt.load_state_dict({"state": short, "param_groups": sd["param_groups"]})
+        del short[0]["exp_avg"]
+        with pytest.raises(ValueError, match="lacks 'exp_avg'"):
+            opt.load_state_dict({"state": short, "param_groups": sd["param_groups"]})
+        _train(model, opt, 1, 1)         # still trains after the refusals
+    finally:
+        opt.close()

@@ -32,6 +32,8 @@ params' residency in host memory is bounded by the pinned budget. Both
 register the same partition, so the two give the same bits.
 """
 import os
+import shutil
+import tempfile
 import warnings
 import socket as _socket
 import time
@@ -169,22 +171,8 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                                     pinned_budget_bytes=int(pinned_budget_bytes) if mode == "infinity" else 0,
                                     device_budget_bytes=self._device_budget)
         self._comm.barrier()
-        self._session = self._client.attach(self._job, rank)
-        names = [(f"p{t}.{'x'.join(str(s) for s in p.shape) or 'scalar'}", p.numel(), self._group_of[t])
-                 for t, p in enumerate(self._params)]
-        self._session.register_tensors(names, partition)
-        # With a device budget, acquired params are read from stratad's device
-        # arena (mapped once by register_tensors; read-only).
-        self._arena = self._session.device_arena() if self._device_budget else None
-        self._step_index = self._session.step
-        self._grad_slot, self._param_slot = [None] * len(self._params), [None] * len(self._params)
-        for shard in self._session.shards():
-            t = shard["index"]
-            if shard["padded_numel"]:
-                self._grad_slot[t] = torch.frombuffer(shard["grad"], dtype=self._dtype)
-                self._param_slot[t] = torch.frombuffer(shard["param"], dtype=self._dtype)
-            else:
-                self._grad_slot[t] = self._param_slot[t] = torch.empty(0, dtype=self._dtype)
+        self._partition = partition
+        self._attach()
 
         with torch.no_grad():
             if self._comm.distributed:
@@ -243,6 +231,26 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         self.loss_divisor = 1
 
     # ----- the job -------------------------------------------------------------------------------
+
+    def _attach(self):
+        """Attaches this rank to the daemon's job and registers its partition: the grad and param
+        slots of its shards (and the device arena where the job has a device budget)."""
+        self._session = self._client.attach(self._job, self._comm.rank)
+        names = [(f"p{t}.{'x'.join(str(s) for s in shape) or 'scalar'}", n, self._group_of[t])
+                 for t, (shape, n) in enumerate(zip(self._shape, self._numel))]
+        self._session.register_tensors(names, self._partition)
+        # With a device budget, acquired params are read from stratad's device
+        # arena (mapped once by register_tensors; read-only).
+        self._arena = self._session.device_arena() if self._device_budget else None
+        self._step_index = self._session.step
+        self._grad_slot, self._param_slot = [None] * len(self._params), [None] * len(self._params)
+        for shard in self._session.shards():
+            t = shard["index"]
+            if shard["padded_numel"]:
+                self._grad_slot[t] = torch.frombuffer(shard["grad"], dtype=self._dtype)
+                self._param_slot[t] = torch.frombuffer(shard["param"], dtype=self._dtype)
+            else:
+                self._grad_slot[t] = self._param_slot[t] = torch.empty(0, dtype=self._dtype)
 
     def _job_config(self):
         """The offload optimizer's DeepSpeed JSON, with the stage the daemon's mode needs: an
@@ -500,12 +508,137 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         for p in self._params:
             p.grad = None
 
+    # ----- state dicts: through the daemon's checkpoints --------------------------------------------
+
+    def _torch_numbering(self):
+        """torch's numbering of the params in a state dict: their order across param_groups."""
+        number = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                number[id(p)] = len(number)
+        return number
+
+    def _save_checkpoint(self):
+        """The leader saves the daemon's job into a fresh directory beneath STRATA_CHECKPOINT_ROOT
+        (stratad writes checkpoints only beneath its --checkpoint_root); every rank gets its path."""
+        directory = None
+        if self._is_leader:
+            root = os.environ.get("STRATA_CHECKPOINT_ROOT")
+            if not root:
+                raise RuntimeError(
+                    "state_dict()/load_state_dict() go through stratad's checkpoints: set "
+                    "STRATA_CHECKPOINT_ROOT to the daemon's --checkpoint_root (a directory this "
+                    "process can read and write)")
+            directory = os.path.join(tempfile.mkdtemp(prefix="strata-state-", dir=root), "ckpt")
+            self._client.save_checkpoint(self._job, directory)
+        return self._comm.broadcast_object(directory)
+
+    def _drop_checkpoint(self, directory):
+        self._comm.barrier()
+        if self._is_leader:
+            shutil.rmtree(os.path.dirname(directory), ignore_errors=True)
+
     def state_dict(self):
-        raise StrataError("state_dict() of a ZeRO-3 optimizer is not built yet: the daemon's checkpoint "
-                          "(client.save_checkpoint) holds its state", "UNIMPLEMENTED")
+        """torch's format, the same dict on every rank: per registered param its `step` and the
+        daemon's moments (`exp_avg`, `exp_avg_sq` for Adam/AdamW, `sum` for Adagrad, `exp_avg`
+        for Lion), `param_groups` as torch writes them. Read from a checkpoint of the daemon's job
+        by each file's layout (strata.checkpoint, which `strata checkpoint export` uses: an
+        Infinity job's NVMe tiles included). Call it between steps, on every rank."""
+        from strata import checkpoint as ckpt
+        directory = self._save_checkpoint()
+        try:
+            whole = ckpt.consolidate(directory)
+        finally:
+            self._drop_checkpoint(directory)
+        state = whole["optimizer"]["state"]           # by registration index
+        number = self._torch_numbering()
+        packed = {}
+        for t, p in enumerate(self._params):
+            packed[number[id(p)]] = {k: v if k == "step" else v.reshape(self._shape[t]) for k, v in state[t].items()}
+        groups = []
+        for group in self.param_groups:
+            g = {k: v for k, v in group.items() if k != "params"}
+            g["params"] = [number[id(p)] for p in group["params"]]
+            groups.append(g)
+        return {"state": packed, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
-        raise StrataError("load_state_dict() of a ZeRO-3 optimizer is not built yet", "UNIMPLEMENTED")
+        """Loads torch's format (this class's state_dict, or torch.optim's of the same algorithm)
+        into the daemon's job: every registered param's moments and the step count, and the
+        groups' hyperparameters. The params keep their values (load the model's weights before
+        building the optimizer, as with DeepSpeed's ZeRO-3). The job is saved, its moments
+        rewritten in the checkpoint (strata.checkpoint.write_optimizer_states), the job re-loaded
+        from it under its name, and every rank re-attached. Call it between steps, on every rank."""
+        from strata import checkpoint as ckpt
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(f"the state dict has {len(groups)} param groups; this optimizer has "
+                             f"{len(self.param_groups)}")
+        theirs = {}
+        for gi, group in enumerate(self.param_groups):
+            if len(groups[gi]["params"]) != len(group["params"]):
+                raise ValueError(f"param group {gi} has {len(group['params'])} params; the state dict's has "
+                                 f"{len(groups[gi]['params'])}")
+            for j, p in enumerate(group["params"]):
+                theirs[id(p)] = groups[gi]["params"][j]
+        keys = {"adagrad": ("sum",), "lion": ("exp_avg",)}.get(self._kind, ("exp_avg", "exp_avg_sq"))
+        if self.defaults.get("amsgrad"):
+            keys += ("max_exp_avg_sq",)
+        values, steps = [], set()
+        for t, p in enumerate(self._params):
+            entry = state_dict["state"].get(theirs[id(p)])
+            if entry is None:
+                raise ValueError(f"the state dict has no state for trainable param {t} (shape "
+                                 f"{tuple(self._shape[t])}); take it after at least one step")
+            steps.add(int(float(entry["step"])))
+            values.append({})
+            for key in keys:
+                if key not in entry:
+                    raise ValueError(f"the state of param {t} lacks '{key}'")
+                v = torch.as_tensor(entry[key]).detach()
+                if v.numel() != self._numel[t]:
+                    raise ValueError(f"the state of param {t} has a '{key}' of {v.numel()} elements; the "
+                                     f"param has {self._numel[t]}")
+                values[t][key] = v.reshape(-1).to(torch.float32).contiguous()
+        if len(steps) != 1:
+            raise ValueError(f"the params' step counts differ ({sorted(steps)}); stratad keeps one per job")
+        step = steps.pop()
+        directory = self._save_checkpoint()
+        try:
+            # The leader rewrites the files (one daemon holds every rank's); an error there is
+            # every rank's, so none waits at a barrier the leader never reaches.
+            failure = None
+            if self._is_leader:
+                try:
+                    m = ckpt.read_manifest(directory)
+                    names = ckpt._torch_keys(m["optimizer"], m["streams"])
+                    if tuple(names) != keys:
+                        raise ValueError(f"the daemon's job keeps {names}; this optimizer expects {list(keys)}")
+                    states = {t: {s: values[t][k] for s, k in zip(m["streams"][1:], names)}
+                              for t in range(len(values))}
+                    ckpt.write_optimizer_states(directory, states, step)
+                except Exception as e:      # noqa: BLE001 -- re-raised below, on every rank
+                    failure = e
+            message = self._comm.broadcast_object(None if failure is None else f"{type(failure).__name__}: {failure}")
+            if failure is not None:
+                raise failure
+            if message is not None:
+                raise StrataError(f"load_state_dict failed on rank 0: {message}", "INTERNAL")
+            # Re-create the job from the rewritten checkpoint, then re-attach.
+            self._session.close()
+            self._session = None
+            self._comm.barrier()
+            if self._is_leader:
+                self._client.delete_job(self._job)
+                self._client.load_checkpoint(directory, self._job)
+            self._comm.barrier()
+            self._attach()
+        finally:
+            self._drop_checkpoint(directory)
+        for gi, group in enumerate(self.param_groups):
+            for k, v in groups[gi].items():
+                if k != "params" and k in group:
+                    group[k] = v
 
     # ----- lifetime ------------------------------------------------------------------------------
 
