@@ -43,6 +43,37 @@ _FP16_DEFAULTS = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "
 DEFAULT_SUB_GROUP_NUMEL = 4_000_000
 
 
+def state_checkpoint(client, job):
+    """Saves `job` into a fresh directory beneath STRATA_CHECKPOINT_ROOT and returns its path: how
+    state_dict()/load_state_dict() reach the daemon's states (stratad writes checkpoints only
+    beneath its --checkpoint_root, docs/SECURITY.md; this process reads them back from there)."""
+    root = os.environ.get("STRATA_CHECKPOINT_ROOT")
+    if not root:
+        raise RuntimeError(
+            "state_dict()/load_state_dict() go through stratad's checkpoints: set "
+            "STRATA_CHECKPOINT_ROOT to the daemon's --checkpoint_root (a directory this "
+            "process can read and write)")
+    directory = os.path.join(tempfile.mkdtemp(prefix="strata-state-", dir=root), "ckpt")
+    client.save_checkpoint(job, directory)
+    return directory
+
+
+def state_dict_index(param_groups, their_groups):
+    """{id(param): its index in a state dict whose param_groups are `their_groups`}, after checking
+    that the groups and their param counts match the optimizer's `param_groups`."""
+    if len(their_groups) != len(param_groups):
+        raise ValueError(f"the state dict has {len(their_groups)} param groups; this optimizer has "
+                         f"{len(param_groups)}")
+    index = {}
+    for gi, group in enumerate(param_groups):
+        if len(their_groups[gi]["params"]) != len(group["params"]):
+            raise ValueError(f"param group {gi} has {len(group['params'])} params; the state dict's has "
+                             f"{len(their_groups[gi]['params'])}")
+        for j, p in enumerate(group["params"]):
+            index[id(p)] = their_groups[gi]["params"][j]
+    return index
+
+
 class _Bucket:
     """Params whose gradients travel together (one all-reduce when reducing)."""
 
@@ -559,18 +590,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
 
     def _save_checkpoint(self):
         """Each daemon's leader saves its job; every rank gets its daemon's directory."""
-        directory = None
-        if self._is_leader:
-            # stratad writes checkpoints only beneath its --checkpoint_root
-            # (docs/SECURITY.md); this process reads them back from there.
-            root = os.environ.get("STRATA_CHECKPOINT_ROOT")
-            if not root:
-                raise RuntimeError(
-                    "state_dict()/load_state_dict() go through stratad's checkpoints: set "
-                    "STRATA_CHECKPOINT_ROOT to the daemon's --checkpoint_root (a directory this "
-                    "process can read)")
-            directory = os.path.join(tempfile.mkdtemp(prefix="strata-state-", dir=root), "ckpt")
-            self._client.save_checkpoint(self._job, directory)
+        directory = state_checkpoint(self._client, self._job) if self._is_leader else None
         return self._comm.all_gather_object(directory)[self._local_ranks[0]]
 
     def _shard_file(self, directory, index):
@@ -612,18 +632,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         algorithm) into the daemon: moments, step and the fp32 masters (the
         'fp32_master' entry, else the param's current value)."""
         groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups):
-            raise ValueError(f"the state dict has {len(groups)} param groups; this optimizer has "
-                             f"{len(self.param_groups)}")
-        by_index = {}
-        i = 0
-        for gi, group in enumerate(self.param_groups):
-            if len(groups[gi]["params"]) != len(group["params"]):
-                raise ValueError(f"param group {gi} has {len(group['params'])} params; the state dict's has "
-                                 f"{len(groups[gi]['params'])}")
-            for j, p in enumerate(group["params"]):
-                by_index[id(p)] = groups[gi]["params"][j]
-                i += 1
+        by_index = state_dict_index(self.param_groups, groups)
         states = state_dict["state"]
         steps = set()
         for t, p in enumerate(self._params):

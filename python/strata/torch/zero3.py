@@ -33,7 +33,6 @@ register the same partition, so the two give the same bits.
 """
 import os
 import shutil
-import tempfile
 import warnings
 import socket as _socket
 import time
@@ -519,18 +518,8 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         return number
 
     def _save_checkpoint(self):
-        """The leader saves the daemon's job into a fresh directory beneath STRATA_CHECKPOINT_ROOT
-        (stratad writes checkpoints only beneath its --checkpoint_root); every rank gets its path."""
-        directory = None
-        if self._is_leader:
-            root = os.environ.get("STRATA_CHECKPOINT_ROOT")
-            if not root:
-                raise RuntimeError(
-                    "state_dict()/load_state_dict() go through stratad's checkpoints: set "
-                    "STRATA_CHECKPOINT_ROOT to the daemon's --checkpoint_root (a directory this "
-                    "process can read and write)")
-            directory = os.path.join(tempfile.mkdtemp(prefix="strata-state-", dir=root), "ckpt")
-            self._client.save_checkpoint(self._job, directory)
+        """The leader saves the daemon's job (offload.state_checkpoint); every rank gets the path."""
+        directory = offload.state_checkpoint(self._client, self._job) if self._is_leader else None
         return self._comm.broadcast_object(directory)
 
     def _drop_checkpoint(self, directory):
@@ -571,16 +560,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         from it under its name, and every rank re-attached. Call it between steps, on every rank."""
         from strata import checkpoint as ckpt
         groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups):
-            raise ValueError(f"the state dict has {len(groups)} param groups; this optimizer has "
-                             f"{len(self.param_groups)}")
-        theirs = {}
-        for gi, group in enumerate(self.param_groups):
-            if len(groups[gi]["params"]) != len(group["params"]):
-                raise ValueError(f"param group {gi} has {len(group['params'])} params; the state dict's has "
-                                 f"{len(groups[gi]['params'])}")
-            for j, p in enumerate(group["params"]):
-                theirs[id(p)] = groups[gi]["params"][j]
+        theirs = offload.state_dict_index(self.param_groups, groups)
         keys = {"adagrad": ("sum",), "lion": ("exp_avg",)}.get(self._kind, ("exp_avg", "exp_avg_sq"))
         if self.defaults.get("amsgrad"):
             keys += ("max_exp_avg_sq",)
