@@ -5,6 +5,9 @@
 //   * a checkpoint's manifest.json, read by LoadCheckpoint (Job::LoadFrom).
 // Each input is tried as both, against real services: a CPU optimizer, a
 // psync extent store and a pinned budget in a private temporary directory,
+// and, for a manifest that lists its shard files (`files`, `streams`,
+// `param_bytes`), those files at the sizes it gives (at most 1 MiB each), so
+// LoadFrom's layout checks and its reads by the files' own tiling are reached,
 // with the request caps a daemon would have. Every input must end in a job or
 // an error, never a crash, a hang or a sanitizer report; and a record that
 // parses must survive Serialize -> Parse unchanged (the daemon writes what it
@@ -13,19 +16,23 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon/job.h"
 #include "daemon/job_record.h"
 #include "daemon/job_settings.h"
 #include "daemon/pinned_budget.h"
 #include "daemon/request_limits.h"
+#include "nlohmann/json.hpp"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "swap/extent_store.h"
 #include "swap/io_engine.h"
@@ -121,6 +128,41 @@ void Discard(std::unique_ptr<Job> job) {
   (void)job->Retire();
 }
 
+// The shard files a fuzzed manifest lists, each of the size its layout gives
+// (capped), filled with a pattern; the previous input's files are removed
+// first. Entries that are not plain numbers are skipped (LoadFrom refuses them).
+void WriteListedFiles(const World& w, const std::string& text) {
+  const std::string dir = w.dir + "/ckpt";
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename() != "manifest.json") std::filesystem::remove(entry.path());
+  }
+  const nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object() || !m.contains("files") || !m["files"].is_array()) return;
+  uint64_t streams = 3, param_bytes = 4;
+  if (m.contains("streams") && m["streams"].is_array()) streams = m["streams"].size();
+  if (m.contains("param_bytes") && m["param_bytes"].is_number_unsigned()) param_bytes = m["param_bytes"].get<uint64_t>();
+  constexpr uint64_t kMaxFileBytes = 1 << 20;
+  std::vector<char> pattern(kMaxFileBytes);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<char>(i * 131 + 7);
+  int written = 0;
+  for (const nlohmann::json& e : m["files"]) {
+    if (++written > 64) break;
+    if (!e.is_object()) continue;
+    auto number = [&](const char* key) -> std::optional<uint64_t> {
+      if (!e.contains(key) || !e[key].is_number_unsigned()) return std::nullopt;
+      return e[key].get<uint64_t>();
+    };
+    const auto rank = number("rank"), index = number("index"), padded = number("padded_numel");
+    if (!rank || !index || !padded || *rank > 64 || *index > 4096 || *padded > kMaxFileBytes) continue;
+    const uint64_t bytes = std::min<uint64_t>(*padded * (streams * 4 + std::min<uint64_t>(param_bytes, 8)), kMaxFileBytes);
+    const std::string path = dir + "/rank" + std::to_string(*rank) + "-shard" + std::to_string(*index) + ".bin";
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) Fail("cannot write " + path);
+    if (bytes > 0 && std::fwrite(pattern.data(), 1, bytes, f) != bytes) Fail("short write of " + path);
+    std::fclose(f);
+  }
+}
+
 }  // namespace
 }  // namespace strata
 
@@ -150,6 +192,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (f == nullptr) Fail("cannot write " + manifest);
   if (size > 0 && std::fwrite(data, 1, size, f) != size) Fail("short write of " + manifest);
   std::fclose(f);
+  WriteListedFiles(*world, text);
   auto loaded = Job::LoadFrom(
       /*id=*/8, world->checkpoint_fd, "fuzz-ckpt", "", /*new_owner=*/1000,
       [](std::optional<uint32_t>) { return absl::OkStatus(); }, world->services());
