@@ -53,7 +53,8 @@ def train_step(model, opt, sched, tokens, step, rank, world, cfg):
         (loss / cfg["accumulation"]).backward()
     opt.step()
     opt.zero_grad()
-    sched.step()
+    if sched is not None:
+        sched.step()
     dist.all_reduce(total)
     return total.item() / (cfg["accumulation"] * world)
 
@@ -205,3 +206,26 @@ def _infinity(rank, world, task):
         losses.append(train_step(model, opt, sched, tokens, step, rank, world, cfg))
     opt.close()
     return {"losses": losses, "saved_params": saved_params, "params": params_of(model)}
+
+
+def _leader_fails(rank, world, task):
+    """A ZeRO-3 state_dict() whose leader cannot save (no STRATA_CHECKPOINT_ROOT on rank 0 only):
+    every rank must raise, none wait at a barrier; then both go on training."""
+    import strata.torch as st
+    cfg = CFG
+    tokens = tiny_gpt.encode(tiny_gpt.make_text())
+    model = make_model(cfg)
+    opt = st.Zero3AdamW(model, st.decay_groups(model, cfg["weight_decay"]), lr=cfg["lr"], socket=task["socket"])
+    raised = None
+    try:
+        train_step(model, opt, None, tokens, 0, rank, world, cfg)
+        if rank == 0:
+            os.environ.pop("STRATA_CHECKPOINT_ROOT", None)
+        try:
+            opt.state_dict()
+        except Exception as e:      # noqa: BLE001 -- reported to the test
+            raised = f"{type(e).__name__}: {e}"
+        train_step(model, opt, None, tokens, 1, rank, world, cfg)
+    finally:
+        opt.close()
+    return {"raised": raised}

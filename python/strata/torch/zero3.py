@@ -519,13 +519,29 @@ class _Zero3Optimizer(torch.optim.Optimizer):
 
     def _save_checkpoint(self):
         """The leader saves the daemon's job (offload.state_checkpoint); every rank gets the path."""
-        directory = offload.state_checkpoint(self._client, self._job) if self._is_leader else None
-        return self._comm.broadcast_object(directory)
+        saved = []
+        self._on_leader(lambda: saved.append(offload.state_checkpoint(self._client, self._job)))
+        return self._comm.broadcast_object(saved[0] if saved else None)
 
     def _drop_checkpoint(self, directory):
         self._comm.barrier()
         if self._is_leader:
             shutil.rmtree(os.path.dirname(directory), ignore_errors=True)
+
+    def _on_leader(self, fn):
+        """Runs `fn` on the leader; what it raises is raised on every rank (the others with the
+        leader's message), so no rank waits at a barrier the leader never reaches."""
+        failure = None
+        if self._is_leader:
+            try:
+                fn()
+            except Exception as e:      # noqa: BLE001 -- re-raised below, on every rank
+                failure = e
+        message = self._comm.broadcast_object(None if failure is None else f"{type(failure).__name__}: {failure}")
+        if failure is not None:
+            raise failure
+        if message is not None:
+            raise StrataError(f"failed on rank 0: {message}", "INTERNAL")
 
     def state_dict(self):
         """torch's format, the same dict on every rank: per registered param its `step` and the
@@ -585,33 +601,27 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         step = steps.pop()
         directory = self._save_checkpoint()
         try:
-            # The leader rewrites the files (one daemon holds every rank's); an error there is
-            # every rank's, so none waits at a barrier the leader never reaches.
-            failure = None
-            if self._is_leader:
-                try:
-                    m = ckpt.read_manifest(directory)
-                    names = ckpt._torch_keys(m["optimizer"], m["streams"])
-                    if tuple(names) != keys:
-                        raise ValueError(f"the daemon's job keeps {names}; this optimizer expects {list(keys)}")
-                    states = {t: {s: values[t][k] for s, k in zip(m["streams"][1:], names)}
-                              for t in range(len(values))}
-                    ckpt.write_optimizer_states(directory, states, step)
-                except Exception as e:      # noqa: BLE001 -- re-raised below, on every rank
-                    failure = e
-            message = self._comm.broadcast_object(None if failure is None else f"{type(failure).__name__}: {failure}")
-            if failure is not None:
-                raise failure
-            if message is not None:
-                raise StrataError(f"load_state_dict failed on rank 0: {message}", "INTERNAL")
-            # Re-create the job from the rewritten checkpoint, then re-attach.
+            # The leader rewrites the files (one daemon holds every rank's), then re-creates the
+            # job from them; an error in either is every rank's, so none waits at a barrier the
+            # leader never reaches.
+            def rewrite():
+                m = ckpt.read_manifest(directory)
+                names = ckpt._torch_keys(m["optimizer"], m["streams"])
+                if tuple(names) != keys:
+                    raise ValueError(f"the daemon's job keeps {names}; this optimizer expects {list(keys)}")
+                states = {t: {s: values[t][k] for s, k in zip(m["streams"][1:], names)}
+                          for t in range(len(values))}
+                ckpt.write_optimizer_states(directory, states, step)
+
+            def reload():
+                self._client.delete_job(self._job)
+                self._client.load_checkpoint(directory, self._job)
+
+            self._on_leader(rewrite)
             self._session.close()
             self._session = None
             self._comm.barrier()
-            if self._is_leader:
-                self._client.delete_job(self._job)
-                self._client.load_checkpoint(directory, self._job)
-            self._comm.barrier()
+            self._on_leader(reload)
             self._attach()
         finally:
             self._drop_checkpoint(directory)
