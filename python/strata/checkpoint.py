@@ -361,17 +361,25 @@ def consolidate(directories):
                             if isinstance(v, (int, float, bool))}}
 
 
-def _read_shard(f, path, e, streams, full):
-    """Streams are interleaved by tile: tile k of every stream, then tile k+1."""
-    import torch
-
+def _tiles(e):
+    """A shard file's tiles, in file order: (begin, count, pieces) per tile of `count` elements
+    from shard element `begin`, where each piece (t, t_at, lo, hi) says shard elements [lo, hi) of
+    the tile are tensor t's from element t_at on. Streams are interleaved by tile: tile k of every
+    stream, then tile k+1."""
     padded, tile = e["padded"], e["tile"]
     if padded == 0:
-        return
+        return                  # no tiles (its tile is 0)
     for begin in range(0, padded, tile):
         count = min(tile, padded - begin)
-        overlapping = [(t, t_off + max(begin - s_off, 0), max(s_off, begin), min(s_off + n, begin + count))
-                       for (t, t_off, n, s_off) in e["ranges"] if s_off < begin + count and s_off + n > begin]
+        pieces = [(t, t_off + max(begin - s_off, 0), max(s_off, begin), min(s_off + n, begin + count))
+                  for (t, t_off, n, s_off) in e["ranges"] if s_off < begin + count and s_off + n > begin]
+        yield begin, count, pieces
+
+
+def _read_shard(f, path, e, streams, full):
+    import torch
+
+    for begin, count, overlapping in _tiles(e):
         for s in streams:
             # Read in chunks of the tile so a hostile tile size cannot make one huge read.
             done = 0
@@ -428,21 +436,16 @@ def write_optimizer_states(directory, states, step):
             if size != expected:
                 raise CheckpointError(f"{path} holds {size} bytes; its layout says {expected}")
             raw = _read_exact(f, size, path)
-        padded, tile = e["padded"], e["tile"]
-        if padded == 0:
+        if e["padded"] == 0:
             continue
-        floats = torch.frombuffer(raw, dtype=torch.float32, count=n_streams * padded)   # writes through to raw
-        for begin in range(0, padded, tile):
-            count = min(tile, padded - begin)
+        floats = torch.frombuffer(raw, dtype=torch.float32, count=n_streams * e["padded"])   # writes through
+        for begin, count, pieces in _tiles(e):
             for k, s in enumerate(streams):
                 if s == "master":
                     continue
                 base = begin * n_streams + k * count    # tile `begin` of stream k
-                for (t, t_off, n, s_off) in e["ranges"]:
-                    a, b = max(s_off, begin), min(s_off + n, begin + count)
-                    if a < b:
-                        floats[base + a - begin:base + b - begin].copy_(
-                            states[t][s][t_off + a - s_off:t_off + b - s_off])
+                for (t, t_at, lo, hi) in pieces:
+                    floats[base + lo - begin:base + hi - begin].copy_(states[t][s][t_at:t_at + hi - lo])
         _replace_file(path, raw)
     manifest_path = os.path.join(m["dir"], "manifest.json")
     with open(manifest_path) as f:

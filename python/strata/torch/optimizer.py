@@ -58,6 +58,25 @@ def state_checkpoint(client, job):
     return directory
 
 
+def torch_numbering(param_groups):
+    """{id(param): its index in a torch state dict}: the params' order across param_groups."""
+    number = {}
+    for group in param_groups:
+        for p in group["params"]:
+            number[id(p)] = len(number)
+    return number
+
+
+def torch_param_groups(param_groups, number):
+    """A state dict's param_groups: each group's settings, its params as their `number`s."""
+    groups = []
+    for group in param_groups:
+        g = {k: v for k, v in group.items() if k != "params"}
+        g["params"] = [number[id(p)] for p in group["params"]]
+        groups.append(g)
+    return groups
+
+
 def state_dict_index(param_groups, their_groups):
     """{id(param): its index in a state dict whose param_groups are `their_groups`}, after checking
     that the groups and their param counts match the optimizer's `param_groups`."""
@@ -568,12 +587,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
                 if key != "step":
                     self._comm.all_reduce_sum(state[t][key])
         packed = {}
-        global_index = {}
-        i = 0
-        for group in self.param_groups:
-            for p in group["params"]:
-                global_index[id(p)] = i
-                i += 1
+        global_index = torch_numbering(self.param_groups)
         for t, p in enumerate(self._params):
             entry = {"step": torch.tensor(float(state[t]["step"]))}
             for key in self._stream_names():
@@ -581,12 +595,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
             if self._dtype != torch.float32:
                 entry["fp32_master"] = state[t]["master"].reshape(p.shape)
             packed[global_index[id(p)]] = entry
-        groups = []
-        for group in self.param_groups:
-            g = {k: v for k, v in group.items() if k != "params"}
-            g["params"] = [global_index[id(p)] for p in group["params"]]
-            groups.append(g)
-        return {"state": packed, "param_groups": groups}
+        return {"state": packed, "param_groups": torch_param_groups(self.param_groups, global_index)}
 
     def _save_checkpoint(self):
         """Each daemon's leader saves its job; every rank gets its daemon's directory."""

@@ -509,14 +509,6 @@ class _Zero3Optimizer(torch.optim.Optimizer):
 
     # ----- state dicts: through the daemon's checkpoints --------------------------------------------
 
-    def _torch_numbering(self):
-        """torch's numbering of the params in a state dict: their order across param_groups."""
-        number = {}
-        for group in self.param_groups:
-            for p in group["params"]:
-                number[id(p)] = len(number)
-        return number
-
     def _save_checkpoint(self):
         """The leader saves the daemon's job (offload.state_checkpoint); every rank gets the path."""
         saved = []
@@ -556,16 +548,11 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         finally:
             self._drop_checkpoint(directory)
         state = whole["optimizer"]["state"]           # by registration index
-        number = self._torch_numbering()
+        number = offload.torch_numbering(self.param_groups)
         packed = {}
         for t, p in enumerate(self._params):
             packed[number[id(p)]] = {k: v if k == "step" else v.reshape(self._shape[t]) for k, v in state[t].items()}
-        groups = []
-        for group in self.param_groups:
-            g = {k: v for k, v in group.items() if k != "params"}
-            g["params"] = [number[id(p)] for p in group["params"]]
-            groups.append(g)
-        return {"state": packed, "param_groups": groups}
+        return {"state": packed, "param_groups": offload.torch_param_groups(self.param_groups, number)}
 
     def load_state_dict(self, state_dict):
         """Loads torch's format (this class's state_dict, or torch.optim's of the same algorithm)
@@ -577,9 +564,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         from strata import checkpoint as ckpt
         groups = state_dict["param_groups"]
         theirs = offload.state_dict_index(self.param_groups, groups)
-        keys = {"adagrad": ("sum",), "lion": ("exp_avg",)}.get(self._kind, ("exp_avg", "exp_avg_sq"))
-        if self.defaults.get("amsgrad"):
-            keys += ("max_exp_avg_sq",)
+        keys = tuple(self._state_keys) + (("max_exp_avg_sq",) if self.defaults.get("amsgrad") else ())
         values, steps = [], set()
         for t, p in enumerate(self._params):
             entry = state_dict["state"].get(theirs[id(p)])
@@ -662,6 +647,7 @@ class Zero3AdamW(_Zero3Optimizer):
 
     _kind = "adamw"
     _group_hparams = offload.OffloadAdamW._group_hparams
+    _state_keys = offload.OffloadAdamW._state_keys
 
     def __init__(self, model, params=None, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, **kwargs):
@@ -686,6 +672,7 @@ class Zero3Adagrad(_Zero3Optimizer):
 
     _kind = "adagrad"
     _group_hparams = offload.OffloadAdagrad._group_hparams
+    _state_keys = offload.OffloadAdagrad._state_keys
 
     def __init__(self, model, params=None, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0,
                  eps=1e-10, **kwargs):
@@ -700,6 +687,7 @@ class Zero3Lion(_Zero3Optimizer):
 
     _kind = "lion"
     _group_hparams = offload.OffloadLion._group_hparams
+    _state_keys = offload.OffloadLion._state_keys
 
     def __init__(self, model, params=None, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, **kwargs):
         defaults = dict(lr=lr, betas=offload._betas(betas), weight_decay=weight_decay)
