@@ -1,6 +1,8 @@
 #include "daemon/job_settings.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -8,6 +10,64 @@
 #include "core/status_macros.h"
 
 namespace strata {
+namespace {
+
+// An optimizer as a job names it: the kind it parsed to (kOther for a name
+// stratad does not know), the name as written and the field it came from.
+struct NamedOptimizer {
+  OptimizerKind kind = OptimizerKind::kAdam;
+  std::string type;
+  std::string field;
+  bool from_config = false;
+};
+
+// The optimizer the job would run: the request's when it names one (it
+// overrides the config's), else the config's; nullopt when neither names
+// one (Adam with its defaults).
+std::optional<NamedOptimizer> OptimizerToRun(const JobRequest& r, const DeepSpeedConfig& ds) {
+  if (r.optimizer.has_value() && !r.optimizer->type.empty()) {
+    // An unknown name is refused by CheckStratadRuns with the list of what
+    // stratad runs, not ParseOptimizerKind's list (which includes LAMB).
+    absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(r.optimizer->type);
+    return NamedOptimizer{kind.ok() ? *kind : OptimizerKind::kOther, r.optimizer->type, "optimizer.type", false};
+  }
+  if (ds.optimizer.has_value()) {
+    return NamedOptimizer{ds.optimizer->kind, ds.optimizer->type, "deepspeed_config_json: optimizer.type", true};
+  }
+  return std::nullopt;
+}
+
+// stratad runs only the optimizers it steps shard by shard. LAMB has a CPU
+// kernel (optimizer_cpu/lamb.h), but its trust ratio needs each tensor's
+// whole norms, and a ZeRO shard (or an NVMe tile of one) holds pieces of
+// tensors: the daemon does not gather those norms across shards and ranks
+// yet, and stepping LAMB per piece would be silently wrong, so it refuses it.
+absl::Status CheckStratadRuns(const NamedOptimizer& o) {
+  if (o.kind != OptimizerKind::kLamb && o.kind != OptimizerKind::kOther) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      o.field, " '", o.type.substr(0, 100),
+      "' is not an optimizer stratad runs; stratad supports Adam, AdamW, Adagrad and Lion "
+      "(LAMB needs per-tensor trust ratios across shards, not built yet); name one of those in ", o.field,
+      o.from_config ? " (`strata plan` still plans this config)" : ""));
+}
+
+// The request's hyperparameters over the config's (`kind` is the request's,
+// already checked).
+void ApplyRequestOptimizer(const JobRequest::Optimizer& o, OptimizerKind kind, OptimizerHyperparams& h) {
+  h.kind = kind;
+  h.lr = o.lr;
+  if (o.beta1 != 0 || o.beta2 != 0) {
+    h.beta1 = o.beta1;
+    h.beta2 = o.beta2;
+  }
+  if (o.eps != 0) h.eps = o.eps;
+  h.weight_decay = o.weight_decay;
+  h.amsgrad = o.amsgrad;
+  h.lr_decay = o.lr_decay;
+  h.initial_accumulator_value = o.initial_accumulator_value;
+}
+
+}  // namespace
 
 absl::StatusOr<JobSettings> ResolveJobSettings(const JobRequest& r) {
   JobSettings s;
@@ -52,41 +112,17 @@ absl::StatusOr<JobSettings> ResolveJobSettings(const JobRequest& r) {
           "MODE_INFINITY needs zero_optimization.stage 3 (the config says ", s.stage, ")"));
     }
   }
+  // The request's optimizer overrides the config's; whichever names the one
+  // the job runs is checked once, here, so neither source can slip one past.
+  const std::optional<NamedOptimizer> named = OptimizerToRun(r, *ds);
+  if (named.has_value()) STRATA_RETURN_IF_ERROR(CheckStratadRuns(*named));
   s.optimizer = ds->optimizer.has_value() ? HyperparamsFromDeepSpeed(*ds->optimizer) : OptimizerHyperparams{};
   const bool request_names_optimizer = r.optimizer.has_value() && !r.optimizer->type.empty();
-  if (ds->optimizer.has_value() && !request_names_optimizer) {
-    // A DeepSpeed config may name any optimizer DeepSpeed accepts; stratad
-    // runs only those it steps shard by shard. LAMB has a CPU kernel
-    // (optimizer_cpu/lamb.h), but its trust ratio needs each tensor's whole
-    // norms, and a ZeRO shard holds pieces of tensors: the daemon does not
-    // gather those norms across shards and ranks yet, so it refuses LAMB.
-    const OptimizerConfig& o = *ds->optimizer;
-    if (o.kind == OptimizerKind::kLamb || o.kind == OptimizerKind::kOther) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "deepspeed_config_json: optimizer.type '", o.type.substr(0, 100),
-          "' is not an optimizer stratad runs; stratad supports Adam, AdamW, Adagrad and Lion "
-          "(LAMB needs per-tensor trust ratios across shards, not built yet) "
-          "(`strata plan` still plans this config)"));
-    }
-    if (!o.unusable.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("deepspeed_config_json: ", absl::StrJoin(o.unusable, "; ")));
-    }
+  if (ds->optimizer.has_value() && !request_names_optimizer && !ds->optimizer->unusable.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("deepspeed_config_json: ", absl::StrJoin(ds->optimizer->unusable, "; ")));
   }
-  if (request_names_optimizer) {
-    const JobRequest::Optimizer& o = *r.optimizer;
-    STRATA_ASSIGN_OR_RETURN(s.optimizer.kind, ParseOptimizerKind(o.type));
-    s.optimizer.lr = o.lr;
-    if (o.beta1 != 0 || o.beta2 != 0) {
-      s.optimizer.beta1 = o.beta1;
-      s.optimizer.beta2 = o.beta2;
-    }
-    if (o.eps != 0) s.optimizer.eps = o.eps;
-    s.optimizer.weight_decay = o.weight_decay;
-    s.optimizer.amsgrad = o.amsgrad;
-    s.optimizer.lr_decay = o.lr_decay;
-    s.optimizer.initial_accumulator_value = o.initial_accumulator_value;
-  }
+  if (request_names_optimizer) ApplyRequestOptimizer(*r.optimizer, named->kind, s.optimizer);
   if (absl::Status v = ValidateOptimizerHyperparams(s.optimizer); !v.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("optimizer: ", v.message()));
   }

@@ -41,6 +41,52 @@ TEST(JobSettingsTest, RefusesOtherOptimizersNamingThemAndWhatItRuns) {
   }
 }
 
+// Issue 30.1: the refusal is of the optimizer the job would run, whichever
+// source named it. A request naming LAMB used to get through, and the daemon
+// then stepped it per tile, not per tensor (its trust ratio silently wrong).
+strata::v1::CreateJobRequest RequestNaming(const std::string& request_type) {
+  strata::v1::CreateJobRequest r = Request("AdamW");
+  r.mutable_optimizer()->set_type(request_type);
+  r.mutable_optimizer()->set_lr(0.01);
+  return r;
+}
+
+TEST(JobSettingsTest, RefusesLambAndUnknownOptimizersNamedByTheRequest) {
+  for (const char* type : {"lamb", "LAMB", "Lamb", "sgd"}) {
+    auto s = ResolveJobSettings(RequestNaming(type));
+    ASSERT_FALSE(s.ok()) << type << " was accepted";
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+    const std::string message(s.status().message());
+    EXPECT_NE(message.find(absl::StrCat("optimizer.type '", type, "'")), std::string::npos) << message;
+    EXPECT_NE(message.find("Adam, AdamW, Adagrad and Lion"), std::string::npos) << message;
+    // Only the config's path is "deepspeed_config_json: ..."; this one is the request's field.
+    EXPECT_EQ(message.find("deepspeed_config_json"), std::string::npos) << message;
+  }
+}
+
+TEST(JobSettingsTest, RefusesLambFromTheConfigAndRunsWhatTheRequestNamesOverIt) {
+  auto from_config = ResolveJobSettings(Request("Lamb"));
+  ASSERT_FALSE(from_config.ok());
+  EXPECT_NE(from_config.status().message().find("deepspeed_config_json: optimizer.type 'Lamb'"), std::string::npos)
+      << from_config.status();
+  // The request's optimizer overrides the config's, so a LAMB config with an
+  // AdamW request runs AdamW: the check is of the kind that was resolved.
+  strata::v1::CreateJobRequest r = RequestNaming("adamw");
+  r.set_deepspeed_config_json(
+      R"({"zero_optimization": {"stage": 2}, "optimizer": {"type": "Lamb", "params": {"lr": 0.01}}})");
+  auto overridden = ResolveJobSettings(r);
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_EQ(overridden->optimizer.kind, OptimizerKind::kAdamW);
+}
+
+TEST(JobSettingsTest, RunsTheOptimizersItHasKernelsForWhenTheRequestNamesThem) {
+  for (const char* type : {"adam", "AdamW", "adagrad", "LION"}) {
+    auto s = ResolveJobSettings(RequestNaming(type));
+    ASSERT_TRUE(s.ok()) << type << ": " << s.status();
+    EXPECT_DOUBLE_EQ(s->optimizer.lr, 0.01);
+  }
+}
+
 TEST(JobSettingsTest, RefusesOptimizerParamsItCannotUse) {
   strata::v1::CreateJobRequest r = Request("AdamW");
   r.set_deepspeed_config_json(
