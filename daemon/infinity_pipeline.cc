@@ -5,12 +5,76 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "daemon/job.h"
 #include "daemon/nvme_shard_state_store.h"
 #include "swap/extent_store.h"
 
 namespace strata {
+namespace {
+
+// The largest param and gradient slot of the ranks built so far, and the
+// bytes of all their slots.
+struct SlotSizes {
+  uint64_t largest_param_slot = 0;
+  uint64_t largest_grad_slot = 0;
+  uint64_t total_bytes = 0;
+};
+
+absl::StatusOr<SlotSizes> MeasureSlots(const std::vector<const std::vector<ExchangeSlot>*>& built,
+                                       const SlotDTypes& dtypes) {
+  SlotSizes out;
+  for (const std::vector<ExchangeSlot>* slots : built) {
+    for (const ExchangeSlot& slot : *slots) {
+      const uint64_t param = dtypes.ParamSlotBytes(slot), grad = dtypes.GradSlotBytes(slot);
+      out.largest_param_slot = std::max(out.largest_param_slot, param);
+      out.largest_grad_slot = std::max(out.largest_grad_slot, grad);
+      STRATA_ASSIGN_OR_RETURN(const uint64_t both, CheckedAdd(param, grad, "a slot's param and gradient bytes"));
+      STRATA_ASSIGN_OR_RETURN(out.total_bytes, CheckedAdd(out.total_bytes, both, "the slots' bytes"));
+    }
+  }
+  return out;
+}
+
+// The window's budget for params and gradients in their slots: the job's
+// pinned_budget_bytes, or (0) room for every slot of every rank (ranks not
+// yet registered are assumed alike); at least room to work, as a step
+// writes one param slot beside a gradient.
+absl::StatusOr<uint64_t> WindowBudget(const SlotSizes& sizes, uint64_t pinned_budget_bytes, size_t ranks_built,
+                                      uint32_t world_size) {
+  uint64_t budget = pinned_budget_bytes;
+  if (budget == 0 && ranks_built > 0) {
+    STRATA_ASSIGN_OR_RETURN(budget, CheckedMul(sizes.total_bytes / ranks_built, world_size,
+                                               "every rank's slots"));
+  }
+  STRATA_ASSIGN_OR_RETURN(const uint64_t two_params, CheckedMul(2, sizes.largest_param_slot, "two param slots"));
+  STRATA_ASSIGN_OR_RETURN(const uint64_t floor,
+                          CheckedAdd(two_params, sizes.largest_grad_slot, "two param slots and a gradient slot"));
+  return std::max(budget, floor);
+}
+
+// What the window reserves of --pinned_capacity: its budget, the gradient
+// spill's staging and `param_stagings` staging slots for new params.
+absl::StatusOr<uint64_t> WindowReservationBytes(uint64_t budget, uint64_t spill_staging, uint64_t largest_param_slot,
+                                                uint64_t param_stagings) {
+  STRATA_ASSIGN_OR_RETURN(const uint64_t stagings,
+                          CheckedMul(param_stagings, largest_param_slot, "the new params' staging"));
+  STRATA_ASSIGN_OR_RETURN(const uint64_t with_spill, CheckedAdd(budget, spill_staging, "the budget and its spill staging"));
+  return CheckedAdd(with_spill, stagings, "the budget and its staging");
+}
+
+// The window's sizes are sums with pinned_budget_bytes, the client's number:
+// one that would wrap (and so reserve a few pages while the job may hold its
+// whole "budget") is the request's error, named as such.
+absl::Status BudgetOverflow(const std::string& job_name, uint64_t pinned_budget_bytes, const absl::Status& overflow) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "pinned_budget_bytes ", pinned_budget_bytes, " of job '", job_name, "': the window it sizes does not fit 64 bits (",
+      overflow.message(), "); create the job with a smaller pinned_budget_bytes, within --pinned_capacity "
+      "(or 0 to let the daemon size the window)"));
+}
+
+}  // namespace
 
 InfinityPipeline::InfinityPipeline(uint64_t job_id, std::string job_name, uint32_t world_size, SlotDTypes dtypes,
                                    uint64_t pinned_budget_bytes, ExtentStore* nvme, PinnedBudget* pinned,
@@ -63,40 +127,36 @@ absl::Status InfinityPipeline::OpenWindow(const std::vector<const std::vector<Ex
                                           std::function<void()> rollback) {
   regions_ = regions;
   rollback_ = std::move(rollback);
-  uint64_t largest_param_slot = 0, largest_grad_slot = 0, total_bytes = 0;
-  for (const std::vector<ExchangeSlot>* slots : built) {
-    for (const ExchangeSlot& slot : *slots) {
-      largest_param_slot = std::max(largest_param_slot, dtypes_.ParamSlotBytes(slot));
-      largest_grad_slot = std::max(largest_grad_slot, dtypes_.GradSlotBytes(slot));
-      total_bytes += dtypes_.ParamSlotBytes(slot) + dtypes_.GradSlotBytes(slot);
-    }
+  auto refuse = [&](const absl::Status& overflow) { return BudgetOverflow(job_name_, pinned_budget_bytes_, overflow); };
+  absl::StatusOr<SlotSizes> sizes = MeasureSlots(built, dtypes_);
+  if (!sizes.ok()) return refuse(sizes.status());
+  absl::StatusOr<uint64_t> window = WindowBudget(*sizes, pinned_budget_bytes_, built.size(), world_size_);
+  if (!window.ok()) return refuse(window.status());
+  const uint64_t budget = *window;
+  const uint64_t largest_param_slot = sizes->largest_param_slot, largest_grad_slot = sizes->largest_grad_slot;
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<GradSpill> spill, GradSpill::Create(job_id_, nvme_, largest_grad_slot));
+  if (pinned_ != nullptr) {
+    // The window's budget, the staging that spilled gradients come back
+    // through and the one the step writes new params into (two, taking
+    // turns, where shards are stepped early).
+    absl::StatusOr<uint64_t> reserved =
+        WindowReservationBytes(budget, spill->staging_bytes(), largest_param_slot, early_apply_ ? 2 : 1);
+    if (!reserved.ok()) return refuse(reserved.status());
+    STRATA_ASSIGN_OR_RETURN(window_reservation_,
+                            pinned_->Reserve(*reserved, absl::StrCat("job '", job_name_, "' window (pinned_budget_bytes)")));
   }
-  // The window budget covers params and gradients in their slots.
-  uint64_t budget = pinned_budget_bytes_;
-  // Everything may stay up (ranks not yet registered are assumed alike).
-  if (budget == 0 && !built.empty()) budget = total_bytes / built.size() * world_size_;
-  // Room to work: a step writes one param slot beside a gradient.
-  budget = std::max(budget, 2 * largest_param_slot + largest_grad_slot);
+  grad_spill_ = std::move(spill);
   param_budget_ = budget;
   // Each rank's share of it for gradients, so a trainer writing a step's
   // gradients faster than the daemon inspects and spills them waits instead
   // of growing the window past the budget; no limit when the job set none.
+  // (Twice a slot cannot wrap: slots are mapped memory, their sum checked.)
   if (pinned_budget_bytes_ != 0) {
     const uint64_t rank_share = budget / std::max<uint32_t>(world_size_, 1);
     grad_room_ = std::max(rank_share, 2 * largest_grad_slot);
     grad_keep_ = grad_room_ - largest_grad_slot;
     // The same share of the window for InitParams' batches of params.
     init_batch_bytes_ = std::max(rank_share, largest_param_slot);
-  }
-  STRATA_ASSIGN_OR_RETURN(grad_spill_, GradSpill::Create(job_id_, nvme_, largest_grad_slot));
-  if (pinned_ != nullptr) {
-    // The window's budget, the staging that spilled gradients come back
-    // through and the one the step writes new params into (two, taking
-    // turns, where shards are stepped early).
-    STRATA_ASSIGN_OR_RETURN(
-        window_reservation_,
-        pinned_->Reserve(budget + grad_spill_->staging_bytes() + (early_apply_ ? 2 : 1) * largest_param_slot,
-                         absl::StrCat("job '", job_name_, "' window (pinned_budget_bytes)")));
   }
   // Where steps (early ones too) write new params (counted above); touched
   // now, as a step's first write into fresh pages costs as much as the

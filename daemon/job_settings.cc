@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/byte_size.h"
 #include "core/status_macros.h"
 
 namespace strata {
@@ -65,6 +66,20 @@ void ApplyRequestOptimizer(const JobRequest::Optimizer& o, OptimizerKind kind, O
   h.amsgrad = o.amsgrad;
   h.lr_decay = o.lr_decay;
   h.initial_accumulator_value = o.initial_accumulator_value;
+}
+
+// The most pinned_budget_bytes may be: 1 PiB, far above any host's memory
+// (and the ceiling of max_region_bytes, daemon/daemon_config.cc), and far
+// below 2^64, so the window's sizes (the budget plus its staging) cannot
+// wrap. A budget under it is still admitted against --pinned_capacity.
+constexpr uint64_t kMaxPinnedBudgetBytes = uint64_t{1} << 50;
+
+absl::Status CheckPinnedBudget(uint64_t pinned_budget_bytes) {
+  if (pinned_budget_bytes <= kMaxPinnedBudgetBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "pinned_budget_bytes ", pinned_budget_bytes, " is above the ceiling of ", FormatBytes(kMaxPinnedBudgetBytes),
+      " (", kMaxPinnedBudgetBytes, " bytes); ask for at most the pinned memory the job's window needs, within the "
+      "daemon's --pinned_capacity (or 0 to let the daemon size it)"));
 }
 
 }  // namespace
@@ -138,6 +153,7 @@ absl::StatusOr<JobSettings> ResolveJobSettings(const JobRequest& r) {
   s.loss_scale = ds->fp16;
   s.gradient_clipping = ds->gradient_clipping;
   s.sub_group_size = ds->zero.sub_group_size;
+  STRATA_RETURN_IF_ERROR(CheckPinnedBudget(r.pinned_budget_bytes));
   s.pinned_budget_bytes = r.pinned_budget_bytes;
   s.device_budget_bytes = r.device_budget_bytes;
   s.local_ranks = r.local_ranks;

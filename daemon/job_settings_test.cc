@@ -87,6 +87,26 @@ TEST(JobSettingsTest, RunsTheOptimizersItHasKernelsForWhenTheRequestNamesThem) {
   }
 }
 
+// Issue 30.3: a pinned budget near 2^64 wrapped the window's reservation
+// (budget + staging) to a few pages. No host has 2^50 bytes to pin, so a
+// budget above that is refused as soon as the job is created.
+TEST(JobSettingsTest, RefusesAPinnedBudgetAboveTheCeilingNamingTheFieldAndTheCeiling) {
+  strata::v1::CreateJobRequest r = Request("AdamW");
+  for (uint64_t huge : {~uint64_t{0}, ~uint64_t{0} - 100, (uint64_t{1} << 50) + 1}) {
+    r.set_pinned_budget_bytes(huge);
+    auto s = ResolveJobSettings(r);
+    ASSERT_FALSE(s.ok()) << huge << " was accepted";
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(s.status().message());
+    EXPECT_NE(message.find(absl::StrCat("pinned_budget_bytes ", huge)), std::string::npos) << message;
+    EXPECT_NE(message.find("1.0 PiB"), std::string::npos) << message;
+  }
+  r.set_pinned_budget_bytes(uint64_t{1} << 50);
+  auto at_ceiling = ResolveJobSettings(r);
+  ASSERT_TRUE(at_ceiling.ok()) << at_ceiling.status();
+  EXPECT_EQ(at_ceiling->pinned_budget_bytes, uint64_t{1} << 50);
+}
+
 TEST(JobSettingsTest, RefusesOptimizerParamsItCannotUse) {
   strata::v1::CreateJobRequest r = Request("AdamW");
   r.set_deepspeed_config_json(

@@ -14,6 +14,7 @@
 #include "daemon/infinity_pipeline.h"
 #include "daemon/job.h"
 #include "daemon/offload_pipeline.h"
+#include "daemon/pinned_budget.h"
 #include "daemon/step_pipeline.h"
 #include "gtest/gtest.h"
 #include "swap/extent_store.h"
@@ -196,6 +197,33 @@ TEST_F(InfinityPipelineTest, AGradientOverTheBudgetIsSpilledAndComesBackBitForBi
   EXPECT_EQ(counters.grad_bytes_read_back, 2 * kPage);
   EXPECT_EQ(pipeline.GradWindowLocked(job_mu, 0).held, 0u);  // the step took them all
   pipeline.CloseWindow();
+}
+
+// Issue 30.3: the window's reservation is the budget plus the staging; a
+// pinned_budget_bytes near 2^64 wrapped that sum to a few pages, so the job
+// reserved almost nothing against --pinned_capacity and then held up to its
+// "budget" of pages. It is refused, naming the field, and reserves nothing.
+TEST_F(InfinityPipelineTest, ABudgetThatWouldWrapTheWindowIsRefusedAndReservesNothing) {
+  const SlotDTypes dtypes{DType::kFp16, DType::kFp16};
+  PinnedBudget pinned(/*capacity_bytes=*/1 << 20);
+  for (const bool early_apply : {false, true}) {
+    InfinityPipeline pipeline(/*job_id=*/12, "wrap", /*world_size=*/1, dtypes,
+                              /*pinned_budget_bytes=*/UINT64_MAX - 100, store_, &pinned, /*params=*/nullptr,
+                              early_apply);
+    const std::vector<uint32_t> groups = {0};
+    auto layout = LayOutExchange(Shards(2, 2048), dtypes, groups);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    ExchangeWindow window;
+    ASSERT_TRUE(window.Map(std::move(*layout), "strata-pipeline-test", /*populate=*/false).ok());
+    ExchangeRegions regions(dtypes);
+    regions.Publish(0, 1, window);
+    absl::Status opened = pipeline.OpenWindow({&window.slots}, &regions, workers_.get(), [] {});
+    ASSERT_FALSE(opened.ok()) << "a window of 2^64 - 100 bytes opened, reserving " << pinned.used() << " bytes";
+    EXPECT_EQ(opened.code(), absl::StatusCode::kInvalidArgument) << opened;
+    EXPECT_NE(opened.message().find("pinned_budget_bytes"), std::string::npos) << opened;
+    EXPECT_EQ(pinned.used(), 0u);
+    EXPECT_EQ(pipeline.pinned_bytes(), 0u);
+  }
 }
 
 // What the job exports as its staging (JobInfo's nvme_tile_bytes and

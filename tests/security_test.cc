@@ -625,6 +625,59 @@ TEST(SecurityTest, PinnedCapacityIsSharedByAllJobs) {
   EXPECT_EQ(daemon.Stop(), 0);
 }
 
+// Issue 30.3: an Infinity job's window reserved pinned_budget_bytes plus its
+// staging, unchecked; a budget near 2^64 wrapped to a few pages, so the job
+// got past --pinned_capacity (64 MiB here) while free to hold its "budget".
+TEST(SecurityTest, APinnedBudgetThatWouldWrapIsRefusedNamingTheField) {
+  const std::string dir = TestDir("wrap");
+  DaemonProcess daemon(dir);
+  ASSERT_TRUE(daemon.Start());
+  Raw raw = Raw::Unix(daemon.socket());
+  auto create = [&](const std::string& name, uint64_t pinned_budget_bytes) {
+    v1::CreateJobRequest r;
+    r.set_name(name);
+    r.set_world_size(1);
+    r.set_mode(v1::MODE_INFINITY);
+    r.set_deepspeed_config_json(kInfinity);
+    r.set_param_dtype("fp32");
+    r.set_grad_dtype("fp32");
+    r.set_pinned_budget_bytes(pinned_budget_bytes);
+    v1::CreateJobResponse out;
+    return raw.Call(&v1::Strata::Stub::CreateJob, r, &out);
+  };
+  for (uint64_t huge : {~uint64_t{0} - 100, ~uint64_t{0}, (uint64_t{1} << 50) + 1}) {
+    grpc::Status s = create("wrap", huge);
+    if (s.ok()) {
+      // Before the fix: created, and the window opens on a wrapped reservation.
+      auto a = raw.Attach("wrap");
+      ASSERT_TRUE(a.ok()) << a.status();
+      grpc::Status registered = raw.Register(a->session_id(), {{"w", 4096}});
+      ADD_FAILURE() << "pinned_budget_bytes " << huge << " was accepted; RegisterTensors: "
+                    << (registered.ok() ? "OK" : registered.error_message());
+      ASSERT_TRUE(raw.DeleteJob("wrap").ok());
+      continue;
+    }
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << huge << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("pinned_budget_bytes"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("1.0 PiB"), std::string::npos) << s.error_message();
+  }
+  // Under the ceiling, a budget over --pinned_capacity is refused against it when the window opens.
+  ASSERT_TRUE(create("big", uint64_t{1} << 40).ok());
+  auto big = raw.Attach("big");
+  ASSERT_TRUE(big.ok()) << big.status();
+  grpc::Status s = raw.Register(big->session_id(), {{"w", 4096}});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("pinned_capacity"), std::string::npos) << s.error_message();
+  ASSERT_TRUE(raw.DeleteJob("big").ok());
+  // The daemon is unharmed and a sane window still opens.
+  ASSERT_TRUE(create("sane", 1 << 20).ok());
+  auto sane = raw.Attach("sane");
+  ASSERT_TRUE(sane.ok()) << sane.status();
+  EXPECT_TRUE(raw.Register(sane->session_id(), {{"w", 4096}}).ok());
+  EXPECT_TRUE(daemon.running()) << "see " << daemon.log();
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
 uint64_t RssBytes(pid_t pid) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
