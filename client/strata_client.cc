@@ -226,13 +226,35 @@ absl::StatusOr<ParkResult> StrataClient::ResumeJob(const std::string& job) {
 }
 
 absl::Status StrataClient::SaveCheckpoint(const std::string& job, const std::string& directory) {
+  return SaveCheckpointPath(job, directory).status();
+}
+
+absl::StatusOr<std::string> StrataClient::SaveCheckpointPath(const std::string& job, const std::string& directory) {
   grpc::ClientContext context;
   connection_->SetDeadline(&context, connection_->options.step_timeout);
   strata::v1::SaveCheckpointRequest request;
   request.set_job(job);
   request.set_directory(directory);
   strata::v1::SaveCheckpointResponse response;
-  return connection_->Convert(connection_->stub->SaveCheckpoint(&context, request, &response), "SaveCheckpoint");
+  absl::Status s =
+      connection_->Convert(connection_->stub->SaveCheckpoint(&context, request, &response), "SaveCheckpoint");
+  if (!s.ok()) return s;
+  return response.path();
+}
+
+absl::StatusOr<std::string> StrataClient::CheckpointHome() {
+  grpc::ClientContext context;
+  connection_->SetDeadline(&context, connection_->options.step_timeout);
+  strata::v1::GetStatusResponse response;
+  absl::Status s =
+      connection_->Convert(connection_->stub->GetStatus(&context, strata::v1::GetStatusRequest(), &response), "GetStatus");
+  if (!s.ok()) return s;
+  if (response.checkpoint_home().empty()) {
+    return absl::FailedPreconditionError(
+        "checkpoints are off: stratad has no checkpoint_root (start it with --checkpoint_root DIR, or --nvme_path, "
+        "whose checkpoints/ folder is the default)");
+  }
+  return response.checkpoint_home();
 }
 
 absl::StatusOr<uint64_t> StrataClient::LoadCheckpoint(const std::string& directory, const std::string& new_job_name) {

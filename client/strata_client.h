@@ -228,7 +228,15 @@ class StrataClient {
   absl::Status DeleteJob(const std::string& job);
   absl::StatusOr<std::unique_ptr<RankSession>> Attach(const std::string& job, uint32_t rank);
   // Saves the job's full state to `directory` on the daemon's host, atomically.
+  // `directory` is relative to the caller's checkpoint home (CheckpointHome).
   absl::Status SaveCheckpoint(const std::string& job, const std::string& directory);
+  // The same; returns the checkpoint's absolute path on the daemon's host
+  // (owned by the caller, readable by it alone).
+  absl::StatusOr<std::string> SaveCheckpointPath(const std::string& job, const std::string& directory);
+  // Where this caller's checkpoint directories resolve: the daemon's
+  // checkpoint_root for admins, <checkpoint_root>/users/<uid> for others.
+  // FailedPrecondition when the daemon has no checkpoint_root.
+  absl::StatusOr<std::string> CheckpointHome();
   // Creates job `new_job_name` from a checkpoint; returns its id.
   absl::StatusOr<uint64_t> LoadCheckpoint(const std::string& directory, const std::string& new_job_name);
   // Every tier's capacity and use (the device tier: its arena).

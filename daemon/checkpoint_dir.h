@@ -8,6 +8,9 @@
 #ifndef STRATA_DAEMON_CHECKPOINT_DIR_H_
 #define STRATA_DAEMON_CHECKPOINT_DIR_H_
 
+#include <sys/types.h>
+
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,11 +19,36 @@
 
 namespace strata {
 
+// Where one caller's checkpoint paths resolve: beneath `root` (the daemon's
+// checkpoint_root), inside the caller's home there. Admins' home is the root
+// itself; every other uid's is <root>/users/<uid>, made on first use, owned
+// by that uid and mode 0700, so no user can name, probe or fill another's
+// checkpoints, and each can read its own files (strata.checkpoint reads them
+// directly).
+struct CheckpointScope {
+  std::string root;
+  // The home's components beneath the root: {} for admins, {"users", uid}.
+  std::vector<std::string> home;
+  // Directories made for the caller and files saved for it are given to this
+  // uid (absent: left to the daemon's user).
+  std::optional<uid_t> owner;
+
+  // The caller's home as an absolute path ("" when checkpoints are off).
+  std::string HomePath() const;
+};
+
+// The scope of a caller: `admin` (root, the daemon's user, the admin group)
+// or not, `daemon_uid` the daemon's own uid (files it saves for itself keep
+// their owner).
+CheckpointScope ScopeFor(const std::string& root, uid_t uid, bool admin, uid_t daemon_uid);
+
 // A checkpoint's place: its parent directory (open) and its own name.
 struct CheckpointPlace {
   UniqueFd parent;
   std::string leaf;
-  std::string display;  // root-relative path, for messages
+  std::string display;  // home-relative path, for messages
+  std::string path;     // absolute path on this host
+  UniqueFd home;        // the caller's home, open (quota walks start here)
 };
 
 // The components of `path` beneath `root`: a relative path, or an absolute
@@ -29,9 +57,12 @@ struct CheckpointPlace {
 // an absolute path outside the root. FailedPrecondition when `root` is empty.
 absl::StatusOr<std::vector<std::string>> CheckpointComponents(const std::string& root, const std::string& path);
 
-// Resolves `path` beneath `root` (created, 0700, when missing). With
-// `create_parents`, missing intermediate directories are made (0700).
-absl::StatusOr<CheckpointPlace> ResolveCheckpointPlace(const std::string& root, const std::string& path,
+// Resolves `path` inside the scope's home (the root is created, 0711, when
+// missing; a user's home, 0700 and given to its owner). With
+// `create_parents`, missing intermediate directories are made (0700, given
+// to the owner). A user's home that exists but is not a directory of its
+// own is FailedPrecondition.
+absl::StatusOr<CheckpointPlace> ResolveCheckpointPlace(const CheckpointScope& scope, const std::string& path,
                                                        bool create_parents);
 
 // Opens the checkpoint directory itself (O_NOFOLLOW): NotFound when absent.

@@ -59,6 +59,11 @@ absl::Status ResolveHardeningSettings(const strata::v1::DaemonConfig& c, DaemonS
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_root: '", s->checkpoint_root, "' is not an absolute directory path"));
   }
+  if (c.checkpoint_quota() == "none") {
+    s->checkpoint_quota_bytes = UINT64_MAX;
+  } else {
+    STRATA_ASSIGN_OR_RETURN(s->checkpoint_quota_bytes, SizeField(c.checkpoint_quota(), "0", "checkpoint_quota"));
+  }
   RequestLimits& l = s->limits;
   auto cap = [](auto value, auto fallback, auto ceiling, absl::string_view field, auto* out) -> absl::Status {
     const auto v = value == 0 ? fallback : value;
@@ -269,6 +274,11 @@ std::string DescribeDaemonSettings(const DaemonSettings& s) {
       "admin_group: ", s.admin_group.empty() ? "(none)" : s.admin_group, "\n",
       "tcp_token_file: ", s.tcp_token_file.empty() ? "(none)" : s.tcp_token_file, "\n",
       "checkpoint_root: ", s.checkpoint_root.empty() ? "(none: checkpoints refused)" : s.checkpoint_root, "\n",
+      "checkpoint_quota: ",
+      s.checkpoint_quota_bytes == 0            ? std::string("a quarter of checkpoint_root's filesystem per user")
+      : s.checkpoint_quota_bytes == UINT64_MAX ? std::string("none")
+                                               : absl::StrCat(FormatBytes(s.checkpoint_quota_bytes), " per user"),
+      "\n",
       "limits: ", s.limits.max_jobs_per_uid, " jobs/uid, ", s.limits.max_tensors_per_job, " tensors/job, ",
       s.limits.max_tensor_elements, " elements/tensor, ", s.limits.max_job_elements, " elements/job, ",
       FormatBytes(s.limits.max_region_bytes), "/region, world size <= ", s.limits.max_world_size, ", ",

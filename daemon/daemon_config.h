@@ -44,6 +44,9 @@ struct DaemonSettings {
   std::string admin_group;
   std::string tcp_token_file;
   std::string checkpoint_root;  // empty: checkpoints refused
+  // Per non-admin uid: 0 = a quarter of checkpoint_root's filesystem,
+  // UINT64_MAX = no limit (daemon/checkpoint_quota.h).
+  uint64_t checkpoint_quota_bytes = 0;
   RequestLimits limits;
 };
 

@@ -156,6 +156,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Create(const DaemonS
   ctx.callers = server->callers_.get();
   ctx.limits = settings.limits;
   ctx.checkpoint_root = settings.checkpoint_root;
+  server->checkpoint_quota_ = std::make_unique<CheckpointQuota>(settings.checkpoint_quota_bytes);
+  ctx.checkpoint_quota = server->checkpoint_quota_.get();
+  ctx.daemon_uid = geteuid();
   DaemonServer* self = server.get();
   ctx.drain = [self] {
     self->registry_->StartDraining();

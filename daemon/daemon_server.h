@@ -25,6 +25,7 @@
 #include "core/clock.h"
 #include "core/unix_socket.h"
 #include "daemon/caller.h"
+#include "daemon/checkpoint_quota.h"
 #include "daemon/daemon_config.h"
 #include "daemon/device_arena.h"
 #include "daemon/fd_handoff.h"
@@ -86,6 +87,7 @@ class DaemonServer {
   // when destroyed, so the budget must outlive them.
   PeerTable peers_;
   std::unique_ptr<AdminPolicy> admins_;
+  std::unique_ptr<CheckpointQuota> checkpoint_quota_;
   std::unique_ptr<CallerResolver> callers_;
   std::unique_ptr<PinnedBudget> pinned_;
   // The device tier (nullptr with --device none); before the registry, as

@@ -1,5 +1,6 @@
 // Unit tests of the edge checks: checked arithmetic, request caps, the
 // pinned budget, checkpoint path components and the TCP token file rules.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include "core/random_id.h"
 #include "daemon/caller.h"
 #include "daemon/checkpoint_dir.h"
+#include "daemon/checkpoint_quota.h"
 #include "daemon/daemon_config.h"
 #include "daemon/pinned_budget.h"
 #include "daemon/request_limits.h"
@@ -87,17 +89,92 @@ TEST(CheckpointDirTest, ResolvingRefusesLinksAndMakesParents) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir + "/outside");
   const std::string root = dir + "/root";
-  auto place = ResolveCheckpointPlace(root, "a/b/c", /*create_parents=*/true);
+  auto place = ResolveCheckpointPlace(CheckpointScope{root, {}, std::nullopt}, "a/b/c", /*create_parents=*/true);
   ASSERT_TRUE(place.ok()) << place.status();
   EXPECT_EQ(place->leaf, "c");
+  EXPECT_EQ(place->path, root + "/a/b/c");
   EXPECT_TRUE(std::filesystem::is_directory(root + "/a/b"));
   EXPECT_EQ(OpenCheckpointDir(*place).status().code(), absl::StatusCode::kNotFound);
   std::filesystem::create_directory_symlink(dir + "/outside", root + "/link");
-  EXPECT_EQ(ResolveCheckpointPlace(root, "link/x", true).status().code(), absl::StatusCode::kInvalidArgument);
-  auto linked = ResolveCheckpointPlace(root, "link", false);
+  EXPECT_EQ(ResolveCheckpointPlace(CheckpointScope{root, {}, std::nullopt}, "link/x", true).status().code(), absl::StatusCode::kInvalidArgument);
+  auto linked = ResolveCheckpointPlace(CheckpointScope{root, {}, std::nullopt}, "link", false);
   ASSERT_TRUE(linked.ok());
   EXPECT_EQ(OpenCheckpointDir(*linked).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ResolveCheckpointPlace(root, "missing/x", false).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ResolveCheckpointPlace(CheckpointScope{root, {}, std::nullopt}, "missing/x", false).status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 30, items 5 and 6: any user could save into (squat, probe) another
+// user's directories under the root, and a root daemon's files were closed to
+// the user who saved them.
+TEST(CheckpointDirTest, AUsersPathsResolveInsideAHomeOfItsOwn) {
+  if (geteuid() != 0) GTEST_SKIP() << "giving directories to another uid needs root";
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/ckhome-", getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string root = dir + "/root";
+  const uid_t user = 54321;
+  const CheckpointScope scope = ScopeFor(root, user, /*admin=*/false, geteuid());
+  EXPECT_EQ(scope.HomePath(), root + "/users/54321");
+  auto place = ResolveCheckpointPlace(scope, "runs/one", /*create_parents=*/true);
+  ASSERT_TRUE(place.ok()) << place.status();
+  EXPECT_EQ(place->path, root + "/users/54321/runs/one");
+  EXPECT_EQ(place->display, "runs/one");
+  struct stat st {};
+  ASSERT_EQ(stat(root.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0711u);  // others pass through, list nothing
+  ASSERT_EQ(stat((root + "/users").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0711u);
+  EXPECT_EQ(st.st_uid, geteuid());
+  for (const std::string& mine : {root + "/users/54321", root + "/users/54321/runs"}) {
+    ASSERT_EQ(stat(mine.c_str(), &st), 0) << mine;
+    EXPECT_EQ(st.st_uid, user) << mine;
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << mine;
+  }
+  // Another user's checkpoints and the root's own are out of reach: by
+  // absolute path and by "..".
+  EXPECT_EQ(ResolveCheckpointPlace(scope, root + "/admins-ckpt", true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveCheckpointPlace(scope, root + "/users/54322/x", true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveCheckpointPlace(scope, "../54322/x", true).status().code(), absl::StatusCode::kInvalidArgument);
+  // Its absolute path inside its home is its own.
+  EXPECT_TRUE(ResolveCheckpointPlace(scope, root + "/users/54321/runs/two", true).ok());
+  // Another uid's "home" (planted by someone with access) is refused, not used.
+  std::filesystem::create_directories(root + "/users/54323");
+  ASSERT_EQ(chown((root + "/users/54323").c_str(), 54324, static_cast<gid_t>(-1)), 0);
+  auto planted = ResolveCheckpointPlace(ScopeFor(root, 54323, false, geteuid()), "x", true);
+  EXPECT_EQ(planted.status().code(), absl::StatusCode::kFailedPrecondition) << planted.status();
+  // An admin's paths are the root's, as before.
+  auto admin = ResolveCheckpointPlace(ScopeFor(root, 0, /*admin=*/true, geteuid()), "users/54321/runs/three", true);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  EXPECT_EQ(admin->path, root + "/users/54321/runs/three");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointQuotaTest, BytesBeneathCountsFilesAndIsBounded) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/ckquota-", getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/a/b");
+  {
+    std::ofstream(dir + "/a/one") << std::string(1 << 20, 'x');
+    std::ofstream(dir + "/a/b/two") << std::string(1 << 20, 'y');
+  }
+  std::filesystem::create_symlink("/usr", dir + "/a/link");  // not followed
+  UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  auto bytes = BytesBeneath(fd.get());
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_GE(*bytes, uint64_t{2} << 20);
+  EXPECT_LT(*bytes, uint64_t{3} << 20);
+  EXPECT_EQ(*BytesBeneath(fd.get()), *bytes);  // the fd can be walked again
+  EXPECT_EQ(BytesBeneath(fd.get(), /*max_depth=*/1).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(BytesBeneath(fd.get(), 40, /*max_entries=*/3).status().code(), absl::StatusCode::kResourceExhausted);
+  CheckpointQuota fixed(12345);
+  EXPECT_EQ(*fixed.LimitOn(fd.get()), 12345u);
+  CheckpointQuota share(0);
+  EXPECT_GT(*share.LimitOn(fd.get()), 0u);
+  EXPECT_EQ(share.LimitAt(dir), *share.LimitOn(fd.get()));
   std::filesystem::remove_all(dir);
 }
 

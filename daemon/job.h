@@ -14,6 +14,8 @@
 #ifndef STRATA_DAEMON_JOB_H_
 #define STRATA_DAEMON_JOB_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -169,6 +171,13 @@ struct JobServices {
   ParamStore* params = nullptr;
 };
 
+// How a checkpoint is written for its caller (daemon/checkpoint_dir.h,
+// daemon/checkpoint_quota.h).
+struct CheckpointWrite {
+  uint64_t max_bytes = UINT64_MAX;  // what the caller's quota leaves
+  std::optional<uid_t> owner;       // its files and directory are given to this uid
+};
+
 class Job {
  public:
   static absl::StatusOr<std::unique_ptr<Job>> Create(uint64_t id, JobSettings settings,
@@ -270,7 +279,10 @@ class Job {
   // not exist; nothing that exists is replaced and no link is followed.
   // Only the job's own lock is held, and only while its record is copied:
   // other jobs' calls never wait for a save's I/O.
-  absl::Status SaveTo(int parent_fd, const std::string& name, const std::string& display) const;
+  // Returns the bytes its files hold. A save that would write more than
+  // `write.max_bytes` stops with ResourceExhausted and leaves nothing behind.
+  absl::StatusOr<uint64_t> SaveTo(int parent_fd, const std::string& name, const std::string& display,
+                                  const CheckpointWrite& write = {}) const;
   // `dir_fd`: the checkpoint directory, open. `may_load` sees the owner uid
   // recorded in the manifest (absent in old ones) and may refuse; the new
   // job belongs to `new_owner`.

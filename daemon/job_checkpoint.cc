@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/byte_size.h"
 #include "core/checked_math.h"
 #include "core/errno_status.h"
 #include "core/random_id.h"
@@ -189,9 +190,41 @@ absl::Status ReadStreamRange(int fd, const std::string& path, const ShardFileLay
   return absl::OkStatus();
 }
 
+// What a save may still write: the caller's quota less what its home holds.
+class SaveBudget {
+ public:
+  SaveBudget(uint64_t room, const std::string& display) : room_(room), display_(display) {}
+  absl::Status Take(uint64_t bytes) {
+    if (bytes > room_ - used_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "checkpoint ", display_, " needs more than the ", FormatBytes(room_),
+          " left of your checkpoint quota (checkpoint_quota); remove old checkpoints from your checkpoint home, or ask "
+          "the operator to raise stratad's --checkpoint_quota"));
+    }
+    used_ += bytes;
+    return absl::OkStatus();
+  }
+  uint64_t used() const { return used_; }
+
+ private:
+  const uint64_t room_;
+  const std::string& display_;
+  uint64_t used_ = 0;
+};
+
+// Gives what a save made to the caller, so it can read (and remove) its own
+// checkpoints when the daemon runs as root.
+absl::Status GiveTo(int fd, const std::optional<uid_t>& owner, const std::string& display) {
+  if (owner.has_value() && fchown(fd, *owner, static_cast<gid_t>(-1)) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("giving ", display, " to uid ", *owner));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::string& display) const {
+absl::StatusOr<uint64_t> Job::SaveTo(int parent_fd, const std::string& name, const std::string& display,
+                                     const CheckpointWrite& write) const {
   // states_mu_ keeps every step from changing the states while they are
   // read; mu_ is held only to copy the record and the slots.
   absl::MutexLock states_lock(&states_mu_);
@@ -240,6 +273,8 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
   };
   UniqueFd dir(openat(parent_fd, tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir.valid()) return ErrnoToStatus(errno, absl::StrCat("opening the temporary directory of ", display));
+  STRATA_RETURN_IF_ERROR(GiveTo(dir.get(), write.owner, display));
+  SaveBudget budget(write.max_bytes, display);
   const size_t psize = DTypeSize(settings_.param_dtype);
   // What each file holds, so a reader (strata checkpoint export) needs neither
   // the daemon's partition rules nor its NVMe tile size: the shard's layout,
@@ -252,6 +287,7 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
       const std::string path = absl::StrCat(display, "/", file);
       STRATA_ASSIGN_OR_RETURN(UniqueFd fd, CreateFileIn(dir.get(), file, path));
       written.push_back(file);
+      STRATA_RETURN_IF_ERROR(GiveTo(fd.get(), write.owner, path));
       uint64_t tile_numel = 0;
       STRATA_RETURN_IF_ERROR(states_->Read({ShardId{r, slot.layout.index}}, [&](const ShardId&, const StateTile& tile) {
         if (tile_numel == 0) {
@@ -265,6 +301,7 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
         }
         for (const float* stream : {tile.master, tile.exp_avg, tile.exp_avg_sq, tile.max_exp_avg_sq}) {
           if (stream == nullptr) continue;
+          STRATA_RETURN_IF_ERROR(budget.Take(tile.size * 4));
           STRATA_RETURN_IF_ERROR(WriteAll(fd.get(), stream, tile.size * 4, path));
         }
         return absl::OkStatus();
@@ -285,6 +322,7 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
       std::optional<AlignedBuffer> home;
       STRATA_ASSIGN_OR_RETURN(const std::byte* params,
                               pipeline_->ParamsToSave(r, slot, regions[r] + slot.param_offset, home));
+      STRATA_RETURN_IF_ERROR(budget.Take(slot.layout.padded_numel * psize));
       STRATA_RETURN_IF_ERROR(WriteAll(fd.get(), params, slot.layout.padded_numel * psize, path));
       if (fsync(fd.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path));
     }
@@ -301,6 +339,8 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
     const std::string path = absl::StrCat(display, "/manifest.json");
     STRATA_ASSIGN_OR_RETURN(UniqueFd fd, CreateFileIn(dir.get(), "manifest.json", path));
     written.push_back("manifest.json");
+    STRATA_RETURN_IF_ERROR(GiveTo(fd.get(), write.owner, path));
+    STRATA_RETURN_IF_ERROR(budget.Take(manifest.size()));
     STRATA_RETURN_IF_ERROR(WriteAll(fd.get(), manifest.data(), manifest.size(), path));
     if (fsync(fd.get()) != 0) return ErrnoToStatus(errno, absl::StrCat("fsync ", path));
   }
@@ -314,7 +354,7 @@ absl::Status Job::SaveTo(int parent_fd, const std::string& name, const std::stri
   }
   keep = true;
   (void)fsync(parent_fd);
-  return absl::OkStatus();
+  return budget.used();
 }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::LoadFrom(

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/byte_size.h"
 #include "daemon/checkpoint_dir.h"
 #include "daemon/daemon_stats.h"
 #include "daemon/grpc_status.h"
@@ -125,6 +126,12 @@ grpc::Status StrataService::GetStatus(grpc::ServerContext* context, const strata
   response->set_jobs(static_cast<uint32_t>(ctx_.registry->JobsOf(*caller).size()));
   if (ctx_.tier_stats) {
     for (auto& t : ctx_.tier_stats()) *response->add_tiers() = t;
+  }
+  const CheckpointScope scope = ScopeFor(ctx_.checkpoint_root, caller->uid, caller->admin, ctx_.daemon_uid);
+  response->set_checkpoint_home(scope.HomePath());
+  if (!caller->admin && ctx_.checkpoint_quota != nullptr && !scope.root.empty()) {
+    const uint64_t limit = ctx_.checkpoint_quota->LimitAt(scope.root);
+    response->set_checkpoint_quota_bytes(limit == CheckpointQuota::kNoLimit ? 0 : limit);
   }
   return grpc::Status::OK;
 }
@@ -434,16 +441,37 @@ grpc::Status StrataService::ResumeJob(grpc::ServerContext* context, const strata
 }
 
 grpc::Status StrataService::SaveCheckpoint(grpc::ServerContext* context, const strata::v1::SaveCheckpointRequest* request,
-                                           strata::v1::SaveCheckpointResponse*) {
+                                           strata::v1::SaveCheckpointResponse* response) {
   auto caller = Identify(context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   // The registry's lock is held only to find the job; the save holds none
   // that another job needs.
   auto job = ctx_.registry->FindJob(request->job(), *caller);
   if (!job.ok()) return ToGrpcStatus(job.status());
-  auto place = ResolveCheckpointPlace(ctx_.checkpoint_root, request->directory(), /*create_parents=*/true);
+  const CheckpointScope scope = ScopeFor(ctx_.checkpoint_root, caller->uid, caller->admin, ctx_.daemon_uid);
+  auto place = ResolveCheckpointPlace(scope, request->directory(), /*create_parents=*/true);
   if (!place.ok()) return ToGrpcStatus(place.status());
-  return ToGrpcStatus((*job)->SaveTo(place->parent.get(), place->leaf, place->display));
+  auto save = [&](uint64_t room) -> absl::Status {
+    auto bytes = (*job)->SaveTo(place->parent.get(), place->leaf, place->display, CheckpointWrite{room, scope.owner});
+    if (!bytes.ok()) return bytes.status();
+    response->set_bytes(*bytes);
+    response->set_path(place->path);
+    return absl::OkStatus();
+  };
+  if (caller->admin || ctx_.checkpoint_quota == nullptr) return ToGrpcStatus(save(CheckpointQuota::kNoLimit));
+  // One save of a user at a time, each bounded by what its home leaves of
+  // its quota as measured under the same lock.
+  absl::MutexLock lock(ctx_.checkpoint_quota->SaveLockOf(caller->uid));
+  auto limit = ctx_.checkpoint_quota->LimitOn(place->home.get());
+  if (!limit.ok()) return ToGrpcStatus(limit.status());
+  auto used = BytesBeneath(place->home.get());
+  if (!used.ok()) return ToGrpcStatus(used.status());
+  if (*limit != CheckpointQuota::kNoLimit && *used >= *limit) {
+    return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "your checkpoint home ", scope.HomePath(), " holds ", FormatBytes(*used), " of your ", FormatBytes(*limit),
+        " checkpoint quota; remove old checkpoints there, or ask the operator to raise stratad's --checkpoint_quota")));
+  }
+  return ToGrpcStatus(save(*limit == CheckpointQuota::kNoLimit ? *limit : *limit - *used));
 }
 
 grpc::Status StrataService::LoadCheckpoint(grpc::ServerContext* context, const strata::v1::LoadCheckpointRequest* request,
@@ -453,7 +481,8 @@ grpc::Status StrataService::LoadCheckpoint(grpc::ServerContext* context, const s
   if (ctx_.registry->draining()) {
     return ToGrpcStatus(absl::UnavailableError("the daemon is draining and accepts no new jobs"));
   }
-  auto place = ResolveCheckpointPlace(ctx_.checkpoint_root, request->directory(), /*create_parents=*/false);
+  auto place = ResolveCheckpointPlace(ScopeFor(ctx_.checkpoint_root, caller->uid, caller->admin, ctx_.daemon_uid),
+                                      request->directory(), /*create_parents=*/false);
   if (!place.ok()) return ToGrpcStatus(place.status());
   auto dir = OpenCheckpointDir(*place);
   if (!dir.ok()) return ToGrpcStatus(dir.status());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/caller.h"
+#include "daemon/checkpoint_quota.h"
 #include "daemon/daemon_config.h"
 #include "daemon/device_arena.h"
 #include "daemon/job_registry.h"
@@ -31,6 +32,11 @@ struct ServiceContext {
   const CallerResolver* callers = nullptr;  // required
   RequestLimits limits;
   std::string checkpoint_root;  // empty: checkpoints refused
+  // Each non-admin caller's bytes under its checkpoint home (required with a
+  // checkpoint_root).
+  CheckpointQuota* checkpoint_quota = nullptr;
+  // The daemon's own uid: what it saves for itself keeps its owner.
+  uid_t daemon_uid = 0;
   // The device tier (nullptr: none), for AttachRank's DeviceArenaShare.
   const DeviceArena* device = nullptr;
 };

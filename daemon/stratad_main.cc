@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, allowed_group, "", "group (by name) whose members may use
 ABSL_FLAG(std::string, admin_group, "", "group (by name) whose members manage every job");
 ABSL_FLAG(std::string, tcp_token_file, "", "token file TCP callers must present (required with --tcp_address)");
 ABSL_FLAG(std::string, checkpoint_root, "", "checkpoints are saved and loaded only beneath this directory");
+ABSL_FLAG(std::string, checkpoint_quota, "",
+          "bytes of checkpoints each non-admin user may keep (e.g. 200GiB; default: a quarter of checkpoint_root's "
+          "filesystem; none: no limit)");
 ABSL_FLAG(std::string, max_jobs_per_uid, "", "live jobs one uid may own (default 64)");
 ABSL_FLAG(std::string, max_tensors_per_job, "", "tensors one job may register (default 65536)");
 ABSL_FLAG(std::string, max_tensor_elements, "", "elements of one tensor (default 2^36)");
@@ -89,6 +92,7 @@ absl::Status ApplyHardeningFlags(strata::v1::DaemonConfig* c) {
   if (auto v = absl::GetFlag(FLAGS_admin_group); !v.empty()) c->set_admin_group(v);
   if (auto v = absl::GetFlag(FLAGS_tcp_token_file); !v.empty()) c->set_tcp_token_file(v);
   if (auto v = absl::GetFlag(FLAGS_checkpoint_root); !v.empty()) c->set_checkpoint_root(v);
+  if (auto v = absl::GetFlag(FLAGS_checkpoint_quota); !v.empty()) c->set_checkpoint_quota(v);
   if (auto v = absl::GetFlag(FLAGS_max_region_bytes); !v.empty()) c->set_max_region_bytes(v);
   const struct {
     std::string value;

@@ -139,12 +139,19 @@ class Raw {
     v1::DrainResponse out;
     return Call(&v1::Strata::Stub::Drain, v1::DrainRequest(), &out);
   }
-  grpc::Status Save(const std::string& job, const std::string& dir, double seconds = 60) {
+  grpc::Status Save(const std::string& job, const std::string& dir, double seconds = 60,
+                    v1::SaveCheckpointResponse* saved = nullptr) {
     v1::SaveCheckpointRequest r;
     r.set_job(job);
     r.set_directory(dir);
     v1::SaveCheckpointResponse out;
-    return Call(&v1::Strata::Stub::SaveCheckpoint, r, &out, seconds);
+    return Call(&v1::Strata::Stub::SaveCheckpoint, r, saved != nullptr ? saved : &out, seconds);
+  }
+  absl::StatusOr<v1::GetStatusResponse> GetStatus() {
+    v1::GetStatusResponse out;
+    grpc::Status s = Call(&v1::Strata::Stub::GetStatus, v1::GetStatusRequest(), &out);
+    if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    return out;
   }
   grpc::Status Load(const std::string& dir, const std::string& name) {
     v1::LoadCheckpointRequest r;
@@ -247,7 +254,7 @@ TEST(SecurityTest, AnotherUidCannotListAttachDeleteDrainOrSaveOthersJobs) {
   const std::string root = dir + "/ckroot";
   // nobody's primary group is nogroup: with it allowed, nobody reaches the
   // socket with no chmod by the test (allowed_group works as shipped).
-  ASSERT_TRUE(daemon.Start({"--allowed_group", "nogroup", "--checkpoint_root", root}));
+  ASSERT_TRUE(daemon.Start({"--allowed_group", "nogroup", "--checkpoint_root", root, "--checkpoint_quota", "96KiB"}));
   Raw raw = Raw::Unix(daemon.socket());
   const uint64_t session = ReadyJob(raw, "roots");
   ASSERT_NE(session, 0u);
@@ -274,13 +281,21 @@ TEST(SecurityTest, AnotherUidCannotListAttachDeleteDrainOrSaveOthersJobs) {
   }
   const int code = RunAsNobody("SecurityTest.OtherUidSide",
                                {absl::StrCat("STRATA_SEC_SOCKET=", daemon.socket()),
-                                absl::StrCat("STRATA_SEC_SESSION=", session)});
+                                absl::StrCat("STRATA_SEC_SESSION=", session), absl::StrCat("STRATA_SEC_CKROOT=", root)});
   EXPECT_EQ(code, 0) << "the calls made as nobody did not all fail as they should (its output is above)";
   // The owner still has its job and session; root (admin) sees both jobs.
   EXPECT_TRUE(raw.Heartbeat(session).ok());
   auto jobs = raw.ListJobs();
   ASSERT_TRUE(jobs.ok());
   EXPECT_EQ(jobs->size(), 4u);  // roots, roots-device, nobodys, nobodys-device
+  EXPECT_TRUE(daemon.running());
+  // Issue 30, item 5: nobody's checkpoints, in its own home, left the root's
+  // alone (it saved one under the root's checkpoint's name), and the root
+  // (an admin) still reaches them beneath the root.
+  const std::string nobody_home = absl::StrCat(root, "/users/", getpwnam("nobody")->pw_uid);
+  EXPECT_TRUE(std::filesystem::exists(root + "/roots-ckpt/manifest.json"));
+  EXPECT_TRUE(std::filesystem::exists(nobody_home + "/roots-ckpt/manifest.json"));
+  EXPECT_TRUE(raw.Load(absl::StrCat("users/", getpwnam("nobody")->pw_uid, "/roots-ckpt"), "from-nobody").ok());
   EXPECT_TRUE(daemon.running());
   EXPECT_EQ(daemon.Stop(), 0);
 }
@@ -301,7 +316,59 @@ TEST(SecurityTest, OtherUidSide) {
   EXPECT_EQ(other.DeleteJob("roots").error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(other.Drain().error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(other.Save("roots", "stolen").error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(other.Load("roots-ckpt", "mine").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // Issue 30, item 5: the root's checkpoints are not even nameable: relative
+  // paths are nobody's own home's, and an absolute one into the root or
+  // another user's home is refused alike whether it exists or not (no
+  // probing).
+  const char* ckroot = std::getenv("STRATA_SEC_CKROOT");
+  ASSERT_NE(ckroot, nullptr);
+  const std::string root = ckroot;
+  const std::string home = absl::StrCat(root, "/users/", geteuid());
+  EXPECT_EQ(other.Load("roots-ckpt", "mine").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(other.Load(root + "/roots-ckpt", "mine").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(other.Load(root + "/no-such-ckpt", "mine").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(other.Load("../../roots-ckpt", "mine").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(std::ifstream(root + "/roots-ckpt/manifest.json").good(), false) << "the root's checkpoint is readable";
+  auto status = other.GetStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->checkpoint_home(), home);
+  EXPECT_EQ(status->checkpoint_quota_bytes(), 96u << 10);
+  {
+    // Item 6: what it saves is its own: readable by it, closed to others.
+    ASSERT_NE(ReadyJob(other, "nobodys-saved"), 0u);
+    v1::SaveCheckpointResponse saved;
+    grpc::Status s = other.Save("nobodys-saved", "roots-ckpt", 60, &saved);  // the root's name: no clash
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(saved.path(), home + "/roots-ckpt");
+    EXPECT_GT(saved.bytes(), 16000u);
+    for (const char* file : {"", "/manifest.json", "/rank0-shard0.bin"}) {
+      const std::string path = saved.path() + file;
+      struct stat st {};
+      ASSERT_EQ(stat(path.c_str(), &st), 0) << path;
+      EXPECT_EQ(st.st_uid, geteuid()) << path;
+      EXPECT_EQ(st.st_mode & 077, 0u) << path << " is open to others";
+    }
+    std::ifstream manifest(saved.path() + "/manifest.json");
+    std::string text((std::istreambuf_iterator<char>(manifest)), {});
+    EXPECT_NE(text.find("strata-checkpoint"), std::string::npos) << text;
+    EXPECT_TRUE(other.Load("roots-ckpt", "nobodys-loaded").ok());
+    // Item 5: saves stop at the quota (96 KiB), naming it, and a refused
+    // save leaves nothing behind.
+    grpc::Status last;
+    int saves = 0;
+    for (; saves < 10; ++saves) {
+      last = other.Save("nobodys-saved", absl::StrCat("q", saves));
+      if (!last.ok()) break;
+    }
+    EXPECT_EQ(last.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << last.error_message();
+    EXPECT_NE(last.error_message().find("checkpoint_quota"), std::string::npos) << last.error_message();
+    for (const auto& e : std::filesystem::directory_iterator(home)) {
+      EXPECT_EQ(e.path().filename().string().find(".q"), std::string::npos) << "left behind: " << e.path();
+    }
+    EXPECT_FALSE(std::filesystem::exists(absl::StrCat(home, "/q", saves)));
+    EXPECT_TRUE(other.DeleteJob("nobodys-loaded").ok());
+    EXPECT_TRUE(other.DeleteJob("nobodys-saved").ok());
+  }
   // Parking frees a job's upper tiers: only its owner (or an admin) may.
   EXPECT_EQ(other.Park("roots").error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(other.Resume("roots").error_code(), grpc::StatusCode::PERMISSION_DENIED);

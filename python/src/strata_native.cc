@@ -508,14 +508,26 @@ PYBIND11_MODULE(_native, m) {
       .def(
           "save_checkpoint",
           [](StrataClient& c, const std::string& job, const std::string& directory) {
-            absl::Status status;
+            absl::StatusOr<std::string> path;
             {
               py::gil_scoped_release release;
-              status = c.SaveCheckpoint(job, directory);
+              path = c.SaveCheckpointPath(job, directory);
             }
-            Check(status);
+            return Take(std::move(path));
           },
-          py::arg("job"), py::arg("directory"))
+          py::arg("job"), py::arg("directory"),
+          "Saves the job beneath this caller's checkpoint home; returns the checkpoint's absolute path.")
+      .def(
+          "checkpoint_home",
+          [](StrataClient& c) {
+            absl::StatusOr<std::string> home;
+            {
+              py::gil_scoped_release release;
+              home = c.CheckpointHome();
+            }
+            return Take(std::move(home));
+          },
+          "Where this caller's checkpoint directories resolve on the daemon's host.")
       .def(
           "load_checkpoint",
           [](StrataClient& c, const std::string& directory, const std::string& new_job_name) {

@@ -209,7 +209,7 @@ def _infinity(rank, world, task):
 
 
 def _leader_fails(rank, world, task):
-    """A ZeRO-3 state_dict() whose leader cannot save (no STRATA_CHECKPOINT_ROOT on rank 0 only):
+    """A ZeRO-3 state_dict() whose leader cannot save (its save fails on rank 0 only):
     every rank must raise, none wait at a barrier; then both go on training."""
     import strata.torch as st
     cfg = CFG
@@ -220,7 +220,12 @@ def _leader_fails(rank, world, task):
     try:
         train_step(model, opt, None, tokens, 0, rank, world, cfg)
         if rank == 0:
-            os.environ.pop("STRATA_CHECKPOINT_ROOT", None)
+            # The leader's save fails (as a daemon that refuses it would make it).
+            import strata.torch.optimizer as offload
+
+            def refused(client, job):
+                raise RuntimeError("injected: the leader's save was refused")
+            offload.state_checkpoint = refused
         try:
             opt.state_dict()
         except Exception as e:      # noqa: BLE001 -- reported to the test

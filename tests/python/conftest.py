@@ -25,21 +25,23 @@ def _stratad_binary():
 
 
 # One checkpoint root for every daemon of the session: stratad saves
-# checkpoints only beneath its --checkpoint_root, and the optimizer's
-# state_dict() makes its directories under $STRATA_CHECKPOINT_ROOT.
+# checkpoints only beneath its --checkpoint_root. The tests that build paths
+# beneath it themselves read it from $STRATA_CHECKPOINT_ROOT; the package
+# needs no such setting (the daemon returns each checkpoint's path).
 CHECKPOINT_ROOT = tempfile.mkdtemp(prefix="strata-ckpt-root-")
 os.environ["STRATA_CHECKPOINT_ROOT"] = CHECKPOINT_ROOT
 
 
 class Daemon:
-    def __init__(self, directory, extra_args=()):
+    def __init__(self, directory, extra_args=(), checkpoint_root=CHECKPOINT_ROOT):
         self.dir = directory
         self.socket = os.path.join(directory, "s.sock")
         self.log = os.path.join(directory, "stratad.log")
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [_stratad_binary(), "--socket", self.socket, "--device", "emulated", "--io_engine", "psync",
-                 "--optimizer_threads", "1", "--checkpoint_root", CHECKPOINT_ROOT, *extra_args],
+                 "--optimizer_threads", "1",
+                 *(["--checkpoint_root", checkpoint_root] if checkpoint_root else []), *extra_args],
                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while time.time() < deadline:

@@ -532,8 +532,8 @@ def test_a_checkpoint_of_another_tiling_loads_the_same_states(infinity_saved):
 
 def test_a_zero3_leader_that_fails_fails_every_rank(stratad, tmp_path):
     """ZeRO-3's state dicts run the daemon calls on rank 0 only; when rank 0 fails (here: no
-    STRATA_CHECKPOINT_ROOT there), rank 1 raises the leader's error instead of waiting at a
+    its save raises there), rank 1 raises the leader's error instead of waiting at a
     barrier forever, and both ranks train on."""
     got = _spawn("leader_fails", 2, str(tmp_path), socket=stratad.socket)
-    assert got[0]["raised"].startswith("RuntimeError: state_dict()/load_state_dict() go through"), got[0]
-    assert got[1]["raised"].startswith("StrataError: failed on rank 0: RuntimeError: state_dict()"), got[1]
+    assert got[0]["raised"].startswith("RuntimeError: injected: the leader's save was refused"), got[0]
+    assert got[1]["raised"].startswith("StrataError: failed on rank 0: RuntimeError: injected"), got[1]

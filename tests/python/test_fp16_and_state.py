@@ -147,6 +147,35 @@ def test_state_dict_into_torch_and_back(stratad):
     opt.close()
 
 
+def test_state_dict_needs_no_setup(workdir, monkeypatch):
+    """Issue 25 item 4: a daemon with its default checkpoint root (<nvme path>/checkpoints) and a
+    trainer with no strata-specific environment: state_dict() and load_state_dict() work, and the
+    temporary checkpoint they go through is removed."""
+    from conftest import Daemon
+    monkeypatch.delenv("STRATA_CHECKPOINT_ROOT", raising=False)
+    nvme = os.path.join(workdir, "nvme")
+    os.makedirs(nvme)
+    daemon = Daemon(workdir, ["--nvme_path", nvme, "--nvme_capacity", "64MiB"], checkpoint_root=None)
+    try:
+        model = _mlp()
+        opt = st.OffloadAdamW(_groups(model), lr=2e-3, socket=daemon.socket)
+        _train(model, opt, 3, 0)
+        state = opt.state_dict()
+        assert float(state["state"][0]["step"]) == 3
+        twin = copy.deepcopy(model)
+        again = st.OffloadAdamW(_groups(twin), lr=2e-3, socket=daemon.socket)
+        again.load_state_dict(state)
+        _close(_train(twin, again, 3, 3), _train(model, opt, 3, 3), "resumed vs uninterrupted")
+        home = opt._client.checkpoint_home()
+        assert home == os.path.join(nvme, "checkpoints"), home
+        assert not [n for n in os.listdir(home) if n.startswith("strata-state-")], os.listdir(home)
+        opt.close()
+        again.close()
+    finally:
+        daemon.stop()
+    assert daemon.proc.returncode == 0, daemon.log_text()
+
+
 def test_frozen_params_are_not_registered(stratad):
     model = _mlp()
     model[0].weight.requires_grad_(False)

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import socket as _socket
-import tempfile
 import time
 import uuid
 
@@ -44,18 +43,13 @@ DEFAULT_SUB_GROUP_NUMEL = 4_000_000
 
 
 def state_checkpoint(client, job):
-    """Saves `job` into a fresh directory beneath STRATA_CHECKPOINT_ROOT and returns its path: how
-    state_dict()/load_state_dict() reach the daemon's states (stratad writes checkpoints only
-    beneath its --checkpoint_root, docs/SECURITY.md; this process reads them back from there)."""
-    root = os.environ.get("STRATA_CHECKPOINT_ROOT")
-    if not root:
-        raise RuntimeError(
-            "state_dict()/load_state_dict() go through stratad's checkpoints: set "
-            "STRATA_CHECKPOINT_ROOT to the daemon's --checkpoint_root (a directory this "
-            "process can read and write)")
-    directory = os.path.join(tempfile.mkdtemp(prefix="strata-state-", dir=root), "ckpt")
-    client.save_checkpoint(job, directory)
-    return directory
+    """Saves `job` into a fresh directory beneath this user's checkpoint home on the daemon and
+    returns its absolute path: how state_dict()/load_state_dict() reach the daemon's states.
+    stratad writes checkpoints only beneath its --checkpoint_root, each non-admin user's in a home
+    of its own that it alone can read (docs/SECURITY.md); this process reads them back from
+    there. The caller removes the directory's parent when done."""
+    directory = f"strata-state-{uuid.uuid4().hex}/ckpt"
+    return client.save_checkpoint(job, directory)
 
 
 def torch_numbering(param_groups):
