@@ -9,6 +9,8 @@
 // offset (TierSlot::offset_bytes, ShardPlace::offset) is its offset in its
 // job's arena, so a trainer that mapped its job's arena once per session
 // reads an acquired shard at `arena + offset` -- and can map no other job's.
+// A new arena holds only zeros, never a retired job's bytes: an emulated one
+// is a fresh memfd, a CUDA one is zeroed by CudaDevice::Allocate.
 //
 // How a job's arena is shared (tier()->Share(job)):
 //   emulated: the job's memfd, handed over the fd socket (daemon/fd_handoff.h)

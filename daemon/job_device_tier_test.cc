@@ -121,6 +121,51 @@ TEST_F(JobDeviceTierTest, AnArenaIsFreedWhenItsJobAndItsLastSlotAreGone) {
   EXPECT_TRUE(tier_->OpenJob(JobId(3), 256 << 10).ok());
 }
 
+// Issue 30.4: a new job's arena holds none of a retired job's bytes, even one
+// of the same size carved right after (another user's shards, otherwise).
+// Emulated arenas are fresh memfds, zero from the start; CudaDevice zeroes
+// each allocation (tiers/device_conformance_test.cc checks every device).
+TEST_F(JobDeviceTierTest, ANewJobsArenaHoldsOnlyZerosAfterARetiredJobFilledItsOwn) {
+  constexpr uint64_t kBudget = 64 << 10;
+  constexpr uint64_t kSlot = 4096;
+  {
+    auto a = tier_->OpenJob(JobId(1), kBudget);
+    ASSERT_TRUE(a.ok()) << a.status();
+    std::vector<TierSlot> slots;
+    const std::vector<std::byte> pattern(kSlot, std::byte{0xA5});
+    for (uint32_t i = 0; i < kBudget / kSlot; ++i) {
+      auto slot = tier_->Allocate(Key(1, i), kSlot);
+      ASSERT_TRUE(slot.ok()) << slot.status();
+      ASSERT_TRUE(tier_->Write(*slot, pattern).ok());
+      slots.push_back(*slot);
+    }
+    for (const TierSlot& slot : slots) tier_->Free(slot);
+  }  // job 1 retired: its lease and its last slot are gone
+  ASSERT_EQ(tier_->arena_count(), 0u);
+  ASSERT_EQ(device_->allocated_bytes(), 0u);
+
+  auto b = tier_->OpenJob(JobId(2), kBudget);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // What job 2's trainers map: the whole arena.
+  auto share = tier_->Share(JobId(2));
+  ASSERT_TRUE(share.ok()) << share.status();
+  ASSERT_EQ(share->bytes, kBudget);
+  void* map = mmap(nullptr, kBudget, PROT_READ, MAP_SHARED, share->read_only_fd.get(), 0);
+  ASSERT_NE(map, MAP_FAILED);
+  const auto* bytes = static_cast<const std::byte*>(map);
+  uint64_t nonzero = 0;
+  for (uint64_t i = 0; i < kBudget; ++i) nonzero += bytes[i] != std::byte{0} ? 1 : 0;
+  munmap(map, kBudget);
+  EXPECT_EQ(nonzero, 0u) << "job 2's arena holds " << nonzero << " bytes of job 1's";
+  // And what the daemon reads from a slot not yet written.
+  auto slot = tier_->Allocate(Key(2, 0), kSlot);
+  ASSERT_TRUE(slot.ok()) << slot.status();
+  std::vector<std::byte> read(kSlot, std::byte{0xFF});
+  ASSERT_TRUE(tier_->Read(*slot, absl::MakeSpan(read)).ok());
+  EXPECT_EQ(read, std::vector<std::byte>(kSlot, std::byte{0}));
+  tier_->Free(*slot);
+}
+
 // No headroom: an arena is its budget rounded up to the slot alignment, and
 // the device holds the admitted arenas and nothing more.
 TEST(JobDeviceTierSizeTest, AnArenaIsItsBudgetRoundedUpAndTheDeviceHoldsJustTheArenas) {

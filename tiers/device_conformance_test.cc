@@ -1,5 +1,6 @@
 // DeviceConformanceTest: one contract, every Device. The CUDA instantiation
 // skips (with the driver's reason) where no GPU is visible.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -89,6 +90,37 @@ TYPED_TEST(DeviceConformanceTest, CopiesRoundTripThroughDeviceMemory) {
   EXPECT_EQ(in, out);
   d.Free(*buffer);
   EXPECT_EQ(d.allocated_bytes(), 0u);
+}
+
+// Issue 30.4: the daemon hands each job's arena to that job's trainers, so a
+// new allocation must not show what a freed one held (another job's shards).
+// cudaMalloc does not clear memory and a sub-allocated arena reuses a freed
+// range as is: CudaDevice zeroes each buffer before handing it out.
+TYPED_TEST(DeviceConformanceTest, AnAllocationHoldsOnlyZerosAfterAFreedOneHeldAPattern) {
+  Device& d = *this->device_;
+  constexpr uint64_t kBytes = 1 << 20;
+  auto stream = d.CreateStream();
+  ASSERT_TRUE(stream.ok());
+  auto wait = [&] {
+    auto event = d.RecordEvent(*stream);
+    ASSERT_TRUE(event.ok());
+    ASSERT_TRUE(d.WaitEvent(*event).ok());
+  };
+  auto first = d.Allocate(kBytes);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::vector<std::byte> pattern(kBytes, std::byte{0xA5});
+  ASSERT_TRUE(d.CopyToDevice(*first, 0, pattern.data(), kBytes, *stream).ok());
+  wait();
+  d.Free(*first);
+  auto second = d.Allocate(kBytes);
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::vector<std::byte> out(kBytes, std::byte{0xFF});
+  ASSERT_TRUE(d.CopyToHost(out.data(), *second, 0, kBytes, *stream).ok());
+  wait();
+  const uint64_t nonzero = static_cast<uint64_t>(
+      std::count_if(out.begin(), out.end(), [](std::byte b) { return b != std::byte{0}; }));
+  EXPECT_EQ(nonzero, 0u) << "a new buffer holds " << nonzero << " bytes it did not write";
+  d.Free(*second);
 }
 
 TYPED_TEST(DeviceConformanceTest, AllocationBeyondCapacityIsResourceExhausted) {

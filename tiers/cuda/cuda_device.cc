@@ -1,10 +1,12 @@
 // CudaDevice: the Device over the CUDA runtime. One cudaMalloc arena per
 // device, sub-allocated with SlotAllocator (or, with arena_bytes 0, one
 // cudaMalloc per buffer, so each buffer's IPC handle opens only it); cudaMemcpyAsync on non-blocking
-// streams; events created per record and destroyed once waited for.
+// streams; events created per record and destroyed once waited for. Every
+// buffer is zeroed before it is handed out (see ZeroLocked).
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -62,7 +64,12 @@ class CudaDevice final : public Device {
       return absl::ResourceExhaustedError(
           absl::StrCat(info_.name, ": device arena: ", range.status().message()));
     }
-    const uint64_t handle = reinterpret_cast<uint64_t>(arena_ + range->offset_bytes);
+    std::byte* const memory = arena_ + range->offset_bytes;
+    if (absl::Status zeroed = ZeroLocked(memory, size_bytes); !zeroed.ok()) {
+      allocator_.Free(*range);
+      return zeroed;
+    }
+    const uint64_t handle = reinterpret_cast<uint64_t>(memory);
     ranges_[handle] = *range;
     return DeviceBuffer{handle, size_bytes};
   }
@@ -178,10 +185,27 @@ class CudaDevice final : public Device {
     absl::Status status = CudaToStatus(cudaMalloc(&memory, size_bytes),
                                        absl::StrCat("allocating ", FormatBytes(size_bytes), " on cuda:", ordinal_));
     if (!status.ok()) return absl::ResourceExhaustedError(status.message());
+    if (absl::Status zeroed = ZeroLocked(memory, size_bytes); !zeroed.ok()) {
+      cudaFree(memory);
+      return zeroed;
+    }
     const uint64_t handle = reinterpret_cast<uint64_t>(memory);
     ranges_[handle] = SlotRange{0, size_bytes};
     own_bytes_ += size_bytes;
     return DeviceBuffer{handle, size_bytes};
+  }
+
+  // A buffer is handed out zeroed: the daemon shares a job's buffer whole
+  // with that job's trainers, and neither cudaMalloc (memory another
+  // allocation, of this process or another, freed) nor the arena (a range a
+  // freed buffer held) clears what was there -- another job's shards. The
+  // memset runs on the default stream, which the non-blocking copy streams
+  // do not wait for, so it is finished before the buffer is returned.
+  absl::Status ZeroLocked(void* memory, uint64_t size_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    STRATA_RETURN_IF_ERROR(CudaToStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+    const std::string what = absl::StrCat("zeroing a new buffer of ", FormatBytes(size_bytes), " on cuda:", ordinal_);
+    STRATA_RETURN_IF_ERROR(CudaToStatus(cudaMemsetAsync(memory, 0, size_bytes, /*stream=*/nullptr), what));
+    return CudaToStatus(cudaStreamSynchronize(/*stream=*/nullptr), what);
   }
 
   absl::StatusOr<cudaStream_t> Stream(StreamId id) {
