@@ -74,7 +74,9 @@ struct JobSettings {
 // outside 1..4096, an unknown mode or dtype, a DeepSpeed config that does not
 // parse, offload mode with stage 0 or 3 with param offload, infinity mode
 // without stage 3, bad optimizer hyperparameters, local_ranks out of range or
-// repeated.
+// repeated, an optimizer stratad does not step (LAMB, or any unknown type,
+// named by the request or the DeepSpeed config), a pinned_budget_bytes above
+// 2^50.
 absl::StatusOr<JobSettings> ResolveJobSettings(const JobRequest& request);
 
 // The request that resolves to `settings` again, for job records and checkpoints.
