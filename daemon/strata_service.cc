@@ -287,18 +287,24 @@ grpc::Status StrataService::GradReady(grpc::ServerContext* context, const strata
   return ToGrpcStatus(session->job->GradReady(session->rank, request->index(), request->step()));
 }
 
+namespace {
+
+// A blocking call for a step beyond the next one cannot be satisfied soon:
+// refused instead of parking a thread on it (WaitStep, PrepareStep).
+absl::Status WithinOneStep(const Job& job, uint64_t step) {
+  const uint64_t at = job.next_step();
+  if (step <= at + 1) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("step ", step, " is more than one step ahead of the job (at step ",
+                                                    at, "); wait for step ", at, " or ", at + 1));
+}
+
+}  // namespace
+
 grpc::Status StrataService::WaitStep(grpc::ServerContext* context, const strata::v1::WaitStepRequest* request,
                                      strata::v1::WaitStepResponse* response) {
   auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
-  // A wait for a step beyond the next one cannot be satisfied soon: refuse
-  // it instead of parking a thread on it.
-  const uint64_t at = session->job->next_step();
-  if (request->step() > at + 1) {
-    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
-        "step ", request->step(), " is more than one step ahead of the job (at step ", at, "); wait for step ",
-        at, " or ", at + 1)));
-  }
+  if (absl::Status s = WithinOneStep(*session->job, request->step()); !s.ok()) return ToGrpcStatus(s);
   PendingWait pending(&pending_waits_, ctx_.limits.max_pending_waits);
   if (!pending.admitted()) return ToGrpcStatus(TooManyWaits(ctx_.limits.max_pending_waits));
   auto outcome = session->job->WaitStep(request->step(), CallDeadline(context, absl::Minutes(10)));
@@ -321,11 +327,7 @@ grpc::Status StrataService::PrepareStep(grpc::ServerContext* context, const stra
                                         strata::v1::PrepareStepResponse* response) {
   auto session = SessionFor(context, request->session_id());
   if (!session.ok()) return ToGrpcStatus(session.status());
-  const uint64_t at = session->job->next_step();
-  if (request->step() > at + 1) {
-    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
-        "step ", request->step(), " is more than one step ahead of the job (at step ", at, ")")));
-  }
+  if (absl::Status s = WithinOneStep(*session->job, request->step()); !s.ok()) return ToGrpcStatus(s);
   PendingWait pending(&pending_waits_, ctx_.limits.max_pending_waits);
   if (!pending.admitted()) return ToGrpcStatus(TooManyWaits(ctx_.limits.max_pending_waits));
   auto stats = session->job->PrepareStep(request->step(), CallDeadline(context, absl::Minutes(10)));

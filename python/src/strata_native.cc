@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,22 @@ template <typename T>
 T Take(absl::StatusOr<T> result) {
   if (!result.ok()) Raise(result.status());
   return *std::move(result);
+}
+
+// Runs a daemon call without the GIL (it may block for a whole step, and
+// other Python threads -- DataLoader workers, the Trainer's -- must run),
+// then raises its error as StrataError or returns its value.
+template <typename Call>
+auto WithoutGil(Call&& call) {
+  auto result = [&] {
+    py::gil_scoped_release release;
+    return call();
+  }();
+  if constexpr (std::is_same_v<decltype(result), absl::Status>) {
+    Check(result);
+  } else {
+    return Take(std::move(result));
+  }
 }
 
 absl::StatusOr<DType> DTypeArg(const std::string& name) { return ParseDType(name); }
@@ -197,12 +214,7 @@ PYBIND11_MODULE(_native, m) {
               layout.push_back(std::move(shard));
             }
             RankSession& session = s.get();
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.RegisterTensors(descs, layout);
-            }
-            Check(status);
+            WithoutGil([&] { return session.RegisterTensors(descs, layout); });
           },
           py::arg("tensors"), py::arg("partition") = std::vector<PartitionShard>{},
           "Registers [(name, numel, group), ...] (the same list on every rank) and maps the region. "
@@ -236,12 +248,7 @@ PYBIND11_MODULE(_native, m) {
           "init_params",
           [](PySession& s, const std::vector<uint32_t>& indices) {
             RankSession& session = s.get();
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.InitParams(indices);
-            }
-            Check(status);
+            WithoutGil([&] { return session.InitParams(indices); });
           },
           py::arg("indices") = std::vector<uint32_t>{},
           "The initial params of shards `indices` (every shard when empty) are in their param slots. "
@@ -262,12 +269,7 @@ PYBIND11_MODULE(_native, m) {
               hyper.push_back(h);
             }
             RankSession& session = s.get();
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.BeginStep(step, hyper);
-            }
-            Check(status);
+            WithoutGil([&] { return session.BeginStep(step, hyper); });
           },
           py::arg("step"), py::arg("groups"),
           "Step `step`'s hyperparameters per param group: dicts of lr, beta1, beta2, eps, weight_decay, "
@@ -276,12 +278,7 @@ PYBIND11_MODULE(_native, m) {
           "wait_grad_room",
           [](PySession& s, uint32_t index) {
             RankSession& session = s.get();
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.WaitGradRoom(index);
-            }
-            Check(status);
+            WithoutGil([&] { return session.WaitGradRoom(index); });
           },
           py::arg("index"),
           "ZeRO-Infinity: waits until the rank's gradient window has room for shard `index`'s gradient; call "
@@ -295,12 +292,7 @@ PYBIND11_MODULE(_native, m) {
               throw py::value_error("write_grad: the gradient must be one contiguous run of bytes (a 1-D buffer)");
             }
             const uint64_t bytes = static_cast<uint64_t>(info.size) * static_cast<uint64_t>(info.itemsize);
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.WriteGrad(index, info.ptr, bytes, offset);
-            }
-            Check(status);
+            WithoutGil([&] { return session.WriteGrad(index, info.ptr, bytes, offset); });
           },
           py::arg("index"), py::arg("data"), py::arg("offset") = 0,
           "Waits for room (wait_grad_room), then copies `data` (a contiguous 1-D buffer, e.g. "
@@ -310,24 +302,14 @@ PYBIND11_MODULE(_native, m) {
           "grad_ready",
           [](PySession& s, uint32_t index, uint64_t step) {
             RankSession& session = s.get();
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.GradReady(index, step);
-            }
-            Check(status);
+            WithoutGil([&] { return session.GradReady(index, step); });
           },
           py::arg("index"), py::arg("step"))
       .def(
           "wait_step",
           [](PySession& s, uint64_t step) {
             RankSession& session = s.get();
-            absl::StatusOr<StepResult> result;
-            {
-              py::gil_scoped_release release;
-              result = session.WaitStep(step);
-            }
-            StepResult r = Take(std::move(result));
+            StepResult r = WithoutGil([&] { return session.WaitStep(step); });
             py::dict d;
             d["skipped"] = r.skipped;
             d["loss_scale"] = r.loss_scale;
@@ -340,12 +322,7 @@ PYBIND11_MODULE(_native, m) {
           "prepare_step",
           [](PySession& s, uint64_t step) {
             RankSession& session = s.get();
-            absl::StatusOr<LocalStepStats> stats;
-            {
-              py::gil_scoped_release release;
-              stats = session.PrepareStep(step);
-            }
-            LocalStepStats st = Take(std::move(stats));
+            LocalStepStats st = WithoutGil([&] { return session.PrepareStep(step); });
             return py::make_tuple(st.overflow, st.squared_norm);
           },
           py::arg("step"), "(overflow, squared_norm) of this daemon's ranks for `step`, once all are in.")
@@ -353,24 +330,14 @@ PYBIND11_MODULE(_native, m) {
           "commit_step",
           [](PySession& s, uint64_t step, bool overflow, double squared_norm) {
             RankSession& session = s.get();
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.CommitStep(step, overflow, squared_norm);
-            }
-            Check(status);
+            WithoutGil([&] { return session.CommitStep(step, overflow, squared_norm); });
           },
           py::arg("step"), py::arg("overflow"), py::arg("squared_norm"))
       .def(
           "acquire",
           [](PySession& s, const std::vector<uint32_t>& indices) {
             RankSession& session = s.get();
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.Acquire(indices);
-            }
-            Check(status);
+            WithoutGil([&] { return session.Acquire(indices); });
           },
           py::arg("indices"))
       .def(
@@ -379,13 +346,8 @@ PYBIND11_MODULE(_native, m) {
             absl::StatusOr<TierKind> kind = ParseTierKind(tier);
             Check(kind.status());
             RankSession& session = s.get();
-            absl::StatusOr<std::vector<ShardPlace>> places;
-            {
-              py::gil_scoped_release release;
-              places = session.Acquire(indices, *kind);
-            }
             py::list out;
-            for (const ShardPlace& p : Take(std::move(places))) {
+            for (const ShardPlace& p : WithoutGil([&] { return session.Acquire(indices, *kind); })) {
               out.append(py::make_tuple(p.index, std::string(TierKindName(p.tier)), p.offset, p.bytes));
             }
             return out;
@@ -412,23 +374,13 @@ PYBIND11_MODULE(_native, m) {
           "release",
           [](PySession& s, const std::vector<uint32_t>& indices) {
             RankSession& session = s.get();
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.Release(indices);
-            }
-            Check(status);
+            WithoutGil([&] { return session.Release(indices); });
           },
           py::arg("indices"))
       .def("iteration_boundary",
            [](PySession& s) {
              RankSession& session = s.get();
-             absl::Status status;
-             {
-               py::gil_scoped_release release;
-               status = session.IterationBoundary();
-             }
-             Check(status);
+             WithoutGil([&] { return session.IterationBoundary(); });
            })
       .def(
           "close", [](PySession& s) { s.session.reset(); },
@@ -440,12 +392,7 @@ PYBIND11_MODULE(_native, m) {
              options.socket_path = socket_path;
              options.rpc_timeout = absl::Seconds(rpc_timeout_s);
              options.step_timeout = absl::Seconds(step_timeout_s);
-             absl::StatusOr<std::unique_ptr<StrataClient>> client;
-             {
-               py::gil_scoped_release release;
-               client = StrataClient::Connect(options);
-             }
-             return Take(std::move(client));
+             return WithoutGil([&] { return StrataClient::Connect(options); });
            }),
            py::arg("socket_path"), py::arg("rpc_timeout_s") = 30.0, py::arg("step_timeout_s") = 300.0)
       .def(
@@ -458,12 +405,7 @@ PYBIND11_MODULE(_native, m) {
             JobSpec spec = SpecFromArgs(name, world_size, mode, deepspeed_config_json, param_dtype, grad_dtype,
                                         pinned_budget_bytes, device_budget_bytes, attach_if_exists, optimizer,
                                         local_ranks, external_step_agreement);
-            absl::StatusOr<uint64_t> id;
-            {
-              py::gil_scoped_release release;
-              id = c.CreateJob(spec);
-            }
-            return Take(std::move(id));
+            return WithoutGil([&] { return c.CreateJob(spec); });
           },
           py::arg("name"), py::arg("world_size"), py::arg("mode") = "offload",
           py::arg("deepspeed_config_json") = "{}", py::arg("param_dtype") = "fp32",
@@ -474,69 +416,39 @@ PYBIND11_MODULE(_native, m) {
           "external_step_agreement: steps are agreed across daemons with prepare_step/commit_step.")
       .def("list_jobs",
            [](StrataClient& c) {
-             absl::StatusOr<std::vector<JobSummary>> jobs;
-             {
-               py::gil_scoped_release release;
-               jobs = c.ListJobs();
-             }
              py::list out;
-             for (const JobSummary& j : Take(std::move(jobs))) out.append(Summary(j));
+             for (const JobSummary& j : WithoutGil([&] { return c.ListJobs(); })) out.append(Summary(j));
              return out;
            })
       .def(
           "delete_job",
           [](StrataClient& c, const std::string& job) {
-            absl::Status status;
-            {
-              py::gil_scoped_release release;
-              status = c.DeleteJob(job);
-            }
-            Check(status);
+            WithoutGil([&] { return c.DeleteJob(job); });
           },
           py::arg("job"))
       .def(
           "attach",
           [](StrataClient& c, const std::string& job, uint32_t rank) {
-            absl::StatusOr<std::unique_ptr<RankSession>> session;
-            {
-              py::gil_scoped_release release;
-              session = c.Attach(job, rank);
-            }
-            return PySession{SessionPtr(Take(std::move(session)))};
+            return PySession{SessionPtr(WithoutGil([&] { return c.Attach(job, rank); }))};
           },
           py::arg("job"), py::arg("rank"))
       .def(
           "save_checkpoint",
           [](StrataClient& c, const std::string& job, const std::string& directory) {
-            absl::StatusOr<std::string> path;
-            {
-              py::gil_scoped_release release;
-              path = c.SaveCheckpointPath(job, directory);
-            }
-            return Take(std::move(path));
+            return WithoutGil([&] { return c.SaveCheckpointPath(job, directory); });
           },
           py::arg("job"), py::arg("directory"),
           "Saves the job beneath this caller's checkpoint home; returns the checkpoint's absolute path.")
       .def(
           "checkpoint_home",
           [](StrataClient& c) {
-            absl::StatusOr<std::string> home;
-            {
-              py::gil_scoped_release release;
-              home = c.CheckpointHome();
-            }
-            return Take(std::move(home));
+            return WithoutGil([&] { return c.CheckpointHome(); });
           },
           "Where this caller's checkpoint directories resolve on the daemon's host.")
       .def(
           "load_checkpoint",
           [](StrataClient& c, const std::string& directory, const std::string& new_job_name) {
-            absl::StatusOr<uint64_t> id;
-            {
-              py::gil_scoped_release release;
-              id = c.LoadCheckpoint(directory, new_job_name);
-            }
-            return Take(std::move(id));
+            return WithoutGil([&] { return c.LoadCheckpoint(directory, new_job_name); });
           },
           py::arg("directory"), py::arg("new_job_name"))
       .def(
@@ -544,41 +456,21 @@ PYBIND11_MODULE(_native, m) {
           [](StrataClient& c, const std::string& job, const std::string& tier) {
             absl::StatusOr<TierKind> kind = ParseTierKind(tier);
             Check(kind.status());
-            absl::StatusOr<ParkResult> r;
-            {
-              py::gil_scoped_release release;
-              r = c.ParkJob(job, *kind);
-            }
-            return ParkDict(Take(std::move(r)));
+            return ParkDict(WithoutGil([&] { return c.ParkJob(job, *kind); }));
           },
           py::arg("job"), py::arg("tier") = "nvme")
       .def(
           "resume_job",
           [](StrataClient& c, const std::string& job) {
-            absl::StatusOr<ParkResult> r;
-            {
-              py::gil_scoped_release release;
-              r = c.ResumeJob(job);
-            }
-            return ParkDict(Take(std::move(r)));
+            return ParkDict(WithoutGil([&] { return c.ResumeJob(job); }));
           },
           py::arg("job"))
       .def("stats_text",
            [](StrataClient& c) {
-             absl::StatusOr<std::string> text;
-             {
-               py::gil_scoped_release release;
-               text = c.StatsText();
-             }
-             return Take(std::move(text));
+             return WithoutGil([&] { return c.StatsText(); });
            })
       .def("noop", [](StrataClient& c) {
-        absl::Status status;
-        {
-          py::gil_scoped_release release;
-          status = c.Noop();
-        }
-        Check(status);
+        WithoutGil([&] { return c.Noop(); });
       });
 }
 
