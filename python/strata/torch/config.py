@@ -201,6 +201,11 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
     `lr_scheduler` and steps after every applied (not skipped) step, as
     DeepSpeed's engine steps it. Use optimizer.backward(loss) to get
     DeepSpeed's loss scaling (fp16) and 1/gradient_accumulation_steps.
+
+    As DeepSpeed's engine, the optimizer owns clipping (gradient_clipping) and
+    accumulation (gradient_accumulation_steps): it hands gradients to stratad
+    from backward (overlap_backward=True) and refuses a .grad changed before
+    step(); pass overlap_backward=False to hand them off in step() instead.
     """
     from strata.torch._comm import Comm
     comm = Comm(process_group)
@@ -270,6 +275,10 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
     if model_parameters is None:
         model_parameters = [p for p in module.parameters() if p.requires_grad]
     bucket = zero.get("reduce_bucket_size", 500_000_000)
+    # As DeepSpeed's engine, the optimizer owns clipping and accumulation: gradients go to the
+    # daemon from backward (a .grad changed before step() is refused), unless the caller says not.
+    optimizer_kwargs = dict(optimizer_kwargs)
+    optimizer_kwargs.setdefault("overlap_backward", True)
     if stage == 3:
         from strata.torch import zero3
         if fp16_on or bf16_on:

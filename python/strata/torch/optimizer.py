@@ -4,9 +4,13 @@ Each rank owns a partition of the flat model (the daemon's stage-1/2 layout:
 the trainable params concatenated in registration order, cut into world_size
 equal parts and each part into sub-groups). Per step a rank
 
-  1. hands its partition of the averaged gradient to the daemon: from
-     post-accumulate-grad hooks, bucket by bucket while backward still runs
-     (or, with DDP, from step() once DDP has averaged the grads);
+  1. hands its partition of the averaged gradient to the daemon: in step(),
+     .grad as it is then (after the caller's clipping, scaling, masking and any
+     number of backward passes, as torch.optim reads it); or, with
+     overlap_backward=True, from post-accumulate-grad hooks, bucket by bucket
+     while backward still runs (the optimizer then owns clipping, max_norm, and
+     accumulation, gradient_accumulation_steps, and refuses a .grad changed
+     after it was handed off);
   2. waits for the step (the daemon checks overflow, clips by the global
      norm across all ranks and runs the optimizer);
   3. copies its updated partition back into the params and all-gathers the
@@ -106,7 +110,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
                  reduce_gradients=None, max_norm=0.0, gradient_accumulation_steps=1, fp16=None,
                  bucket_numel=2_000_000, sub_group_size=None, stage=2, mode="offload",
                  extra_config=None, keep_job=False, rpc_timeout_s=30.0, step_timeout_s=300.0, partition=None,
-                 resume=False):
+                 resume=False, overlap_backward=False):
         super().__init__(params, defaults)
         if gradient_accumulation_steps < 1:
             raise ValueError(f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}")
@@ -120,6 +124,13 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         self._gas = int(gradient_accumulation_steps)
         self._max_norm = float(max_norm)
         self._keep_job = keep_job
+        # overlap_backward: hand each gradient off from backward's hooks at the
+        # gradient_accumulation_steps-th backward pass (the daemon may step it at
+        # once), so nothing may change .grad between backward and step(). Off,
+        # step() hands off .grad as the caller left it, which is what torch.optim
+        # reads: correct under any trainer (HF Trainer's clipping, accelerate's
+        # accumulation), only without the overlap.
+        self._overlap = bool(overlap_backward)
         if reduce_gradients is None:
             reduce_gradients = self._comm.distributed
         self._reduce = bool(reduce_gradients) and self._comm.distributed
@@ -200,12 +211,15 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         # the moment its last element is in.
         self._direct = not self._comm.distributed
         self._handed = [False] * len(self._params)
+        # With overlap_backward: {tensor: (its .grad, that tensor's _version)} as the
+        # hooks read it; step() refuses a .grad replaced or changed in place since.
+        self._taken = {}
         # Where the last step's trainer time went (seconds): handing gradients off
         # (in backward's hooks and in step()), waiting for the daemon, copying the
         # updated params back. strata bench train reports them.
         self.last_step_times = {}
         self._handoff_s = 0.0
-        if not self._comm.distributed or self._reduce:
+        if self._overlap and (not self._comm.distributed or self._reduce):
             # Without DDP the hooks see this rank's own accumulated gradient: hand it
             # off as backward produces it. (DDP averages after the hooks run, so
             # with DDP the hand-off happens in step().)
@@ -344,7 +358,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         t0 = time.perf_counter()
         self._begin_step()
         self._handed[t] = True
-        g = self._params[t].grad
+        g = self._take_grad(t)
         flat = None if g is None else g.detach().reshape(-1)
         for (s, t_off, n, s_off) in self._owned[t]:
             shard = self._shards[s]
@@ -371,7 +385,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             parts = []
             for t in bucket.tensors:
-                g = self._params[t].grad
+                g = self._take_grad(t)
                 if g is None:
                     parts.append(torch.zeros(self._numel[t], dtype=self._dtype))
                 else:
@@ -403,6 +417,29 @@ class _OffloadOptimizer(torch.optim.Optimizer):
                         self._session.grad_ready(shard["index"], self._step_index)
                 base += self._numel[t]
 
+    def _take_grad(self, t):
+        """Param t's .grad, as it is handed off; with overlap_backward it is remembered (tensor and
+        version counter) so that step() can refuse one changed after the hooks took it."""
+        g = self._params[t].grad
+        if self._overlap:
+            self._taken[t] = (g, None if g is None else g._version)
+        return g
+
+    def _check_grads_unchanged(self):
+        """overlap_backward: refuses a step whose .grad changed after backward's hooks handed it off
+        (clip_grad_norm_, scaling, masking, a new .grad): stratad has the old values, and may have
+        stepped them already (a re-sent gradient of a stepped shard is ignored)."""
+        for t, (g, version) in self._taken.items():
+            now = self._params[t].grad
+            if now is not g or (g is not None and g._version != version):
+                raise StrataError(
+                    f"param {t}'s .grad (shape {tuple(self._params[t].shape)}) changed between backward and "
+                    "step() (clipping, scaling or masking it, or a new .grad), but overlap_backward=True handed "
+                    "it to stratad in backward, which may have stepped it already. Clip with max_norm= and "
+                    "accumulate with gradient_accumulation_steps= (the optimizer's own), or construct the "
+                    "optimizer with overlap_backward=False so that step() takes .grad as you leave it (what a "
+                    "Hugging Face Trainer needs: it clips between backward and step()).", "FAILED_PRECONDITION")
+
     def _begin_step(self):
         """Sends this step's per-group hyperparameters (once per step, before its first GradReady)."""
         if self._begun is not None:
@@ -428,10 +465,13 @@ class _OffloadOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._check_hparams_unchanged()
+        if self._overlap:
+            self._check_grads_unchanged()
         t0 = time.perf_counter()
         handoff_in_backward = self._handoff_s
-        # Whatever backward did not hand off yet (DDP, unused params, fewer
-        # backward passes than gradient_accumulation_steps) goes now, in order.
+        # Whatever backward did not hand off (all of it without overlap_backward;
+        # else DDP, unused params, fewer backward passes than
+        # gradient_accumulation_steps) goes now, in order.
         if self._direct:
             for t in range(len(self._params)):
                 self._hand_off(t)
@@ -483,6 +523,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
             shard["left"] = shard["owned"]
         self._micro = [0] * len(self._params)
         self._handed = [False] * len(self._params)
+        self._taken = {}
         self._next_bucket = 0
         self._begun = None
 

@@ -17,7 +17,10 @@ module that owns it runs.
                         drop the full gradient, and free the module's params
                         once all their gradients are in; as each reduction
                         completes, its chunk is accumulated in the grad slot
-                        and, at the last micro-batch of the step, GradReady.
+                        (any number of backward passes per step) and, with
+                        overlap_backward (the default), GradReady at the
+                        gradient_accumulation_steps-th pass (a further pass
+                        before step() is refused); without it, in step().
 
 Params of at most `persistence_threshold` elements (DeepSpeed's
 stage3_param_persistence_threshold) stay whole in the trainer: they are
@@ -87,7 +90,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
     def __init__(self, model, params, defaults, *, mode="offload", socket=None, job_name=None,
                  process_group=None, max_norm=0.0, gradient_accumulation_steps=1, persistence_threshold=0,
                  pinned_budget_bytes=0, device_budget_bytes=0, nvme_path=None, keep_job=False,
-                 rpc_timeout_s=30.0, step_timeout_s=300.0):
+                 rpc_timeout_s=30.0, step_timeout_s=300.0, overlap_backward=True):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
@@ -109,6 +112,13 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         self._comm = Comm(process_group)
         self._gas = int(gradient_accumulation_steps)
         self._max_norm = float(max_norm)
+        # overlap_backward: GradReady from backward at the gradient_accumulation_steps-th pass, so
+        # that the daemon steps shards while backward runs. Safe here as it is not for the
+        # offload optimizer: the hooks consume each gradient (param.grad is None after
+        # backward), so no caller code can change it before step(); the one thing that could
+        # change the result, a further backward pass, is refused. Off: GradReady in step(),
+        # after any number of passes (an Infinity window then holds every gradient until then).
+        self._overlap = bool(overlap_backward)
         self._keep_job = keep_job
         self._nvme_path = nvme_path
         self._model = model
@@ -394,15 +404,27 @@ class _Zero3Optimizer(torch.optim.Optimizer):
     def _reduce_grad(self, t, param):
         """Starts the reduce-scatter of param t's gradient; its chunk lands in the grad slot when
         the collective completes (checked without waiting here, waited for in step())."""
+        if self._overlap and self._micro[t] >= self._gas:
+            # GradReady went out at pass gas (the daemon may have stepped the shard; a re-sent
+            # gradient of a stepped shard is ignored): this pass would be dropped.
+            raise StrataError(
+                f"backward pass {self._micro[t] + 1} before step() reached param {t} (shape "
+                f"{tuple(self._shape[t])}), but this optimizer has gradient_accumulation_steps={self._gas} "
+                f"and overlap_backward=True: it handed that param's gradient to stratad at pass {self._gas} "
+                f"and would drop this one. Call step() after every {self._gas} backward passes, pass "
+                "gradient_accumulation_steps=<backward passes per step> (a Hugging Face Trainer's "
+                "gradient_accumulation_steps), or overlap_backward=False (GradReady in step(), after any "
+                "number of passes).", "FAILED_PRECONDITION")
         world, c = self._comm.world_size, self._chunk[t]
         work = None
+        grad = param.grad
         if not self._comm.distributed:
             # One rank owns the whole tensor: its gradient goes to the slot as it is (no padded copy).
-            flat = chunk = param.grad.reshape(-1)
+            flat = chunk = grad.reshape(-1)
             param.grad = None
         else:
             flat = torch.zeros(c * world, dtype=self._dtype)
-            flat[:self._numel[t]].copy_(param.grad.reshape(-1))
+            flat[:self._numel[t]].copy_(grad.reshape(-1))
             param.grad = None
             flat.div_(world)   # as DDP: the average is the sum of grad / world
             chunk = torch.empty(c, dtype=self._dtype)
@@ -422,7 +444,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             self._pending.pop(0)
             own = self._own[t]
             slot = self._grad_slot[t]
-            if micro % self._gas == 1 or self._gas == 1:
+            if micro == 1:
                 # Infinity keeps the rank's gradients within its pinned budget: write_grad waits for
                 # room first, then copies without a page fault per 4 KiB into a discarded slot.
                 src = chunk[:own]
@@ -432,8 +454,9 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                     self._session.wait_grad_room(t)
                     offload._copy(slot[:own], src)
             else:
+                # A later backward pass of the same step: accumulated, as .grad accumulates.
                 slot[:own].add_(chunk[:own])
-            if micro % self._gas == 0:
+            if self._overlap and micro == self._gas:
                 self._begin_step()
                 self._session.grad_ready(t, self._step_index)
                 self._ready.add(t)
@@ -451,6 +474,14 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._check_hparams_unchanged()
+        for t, p in enumerate(self._params):
+            if p.grad is not None:
+                # The hooks take every gradient in backward; one set afterwards is not seen.
+                raise StrataError(
+                    f"param {t} (shape {tuple(self._shape[t])}) has a .grad at step(): ZeRO-3 takes each "
+                    "gradient in backward (param.grad is None afterwards), so one assigned or changed "
+                    "between backward and step() would be ignored. Clip with max_norm= (the daemon clips "
+                    "by the global norm); leave .grad alone otherwise.", "FAILED_PRECONDITION")
         t0 = time.perf_counter()
         self._complete(wait=True)
         self._begin_step()
