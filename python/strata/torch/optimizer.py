@@ -337,8 +337,19 @@ class _OffloadOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, t):
         def hook(param):
+            if self._micro[t] >= self._gas:
+                # This param's gradient went to stratad at backward pass gas (the
+                # daemon may have stepped it): a further pass would be dropped.
+                raise StrataError(
+                    f"backward pass {self._micro[t] + 1} before step() reached param {t} (shape "
+                    f"{tuple(param.shape)}), but this optimizer has gradient_accumulation_steps={self._gas} "
+                    "and overlap_backward=True: it handed that param's gradient to stratad at backward pass "
+                    f"{self._gas} and would drop this one. Call step() after every {self._gas} backward "
+                    "passes, pass gradient_accumulation_steps=<backward passes per step>, or "
+                    "overlap_backward=False (step() then takes .grad after any number of passes).",
+                    "FAILED_PRECONDITION")
             self._micro[t] += 1
-            if self._micro[t] % self._gas == 0:
+            if self._micro[t] == self._gas:
                 if self._direct:
                     self._hand_off(t)
                     return
