@@ -215,7 +215,8 @@ def _leader_fails(rank, world, task):
     cfg = CFG
     tokens = tiny_gpt.encode(tiny_gpt.make_text())
     model = make_model(cfg)
-    opt = st.Zero3AdamW(model, st.decay_groups(model, cfg["weight_decay"]), lr=cfg["lr"], socket=task["socket"])
+    opt = st.Zero3AdamW(model, st.decay_groups(model, cfg["weight_decay"]), lr=cfg["lr"], socket=task["socket"],
+                        gradient_accumulation_steps=cfg["accumulation"])
     raised = None
     try:
         train_step(model, opt, None, tokens, 0, rank, world, cfg)
