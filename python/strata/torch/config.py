@@ -205,7 +205,12 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
     As DeepSpeed's engine, the optimizer owns clipping (gradient_clipping) and
     accumulation (gradient_accumulation_steps): it hands gradients to stratad
     from backward (overlap_backward=True) and refuses a .grad changed before
-    step(); pass overlap_backward=False to hand them off in step() instead.
+    step() or a backward pass more than gradient_accumulation_steps; pass
+    overlap_backward=False to hand them off in step() instead.
+
+    Everything is checked before the model is touched: a refused call (or one
+    whose optimizer cannot be built, e.g. no daemon) leaves the model as it
+    was, dtype and values.
     """
     from strata.torch._comm import Comm
     comm = Comm(process_group)
@@ -238,10 +243,6 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
 
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     module = model.module if ddp else model
-    if fp16_on:
-        module.half()
-    elif bf16_on:
-        module.to(torch.bfloat16)
 
     if optimizer is not None:
         raise ValueError("optimizer=: pass the optimizer's settings in the config's 'optimizer' section "
@@ -274,22 +275,36 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
         raise ValueError(f"scheduler.type '{sched.get('type')}': expected one of {', '.join(SCHEDULERS)}")
     if model_parameters is None:
         model_parameters = [p for p in module.parameters() if p.requires_grad]
+    else:
+        model_parameters = list(model_parameters)   # a generator is read twice below
     bucket = zero.get("reduce_bucket_size", 500_000_000)
-    # As DeepSpeed's engine, the optimizer owns clipping and accumulation: gradients go to the
-    # daemon from backward (a .grad changed before step() is refused), unless the caller says not.
-    optimizer_kwargs = dict(optimizer_kwargs)
-    optimizer_kwargs.setdefault("overlap_backward", True)
+    zero3_options = None
     if stage == 3:
         from strata.torch import zero3
         if fp16_on or bf16_on:
             raise ValueError("zero_optimization.stage 3 in strata.torch runs float32 models; disable fp16/bf16")
-        opt = zero3.ZERO3_OF[cls](module, model_parameters, **kwargs, socket=socket, job_name=job_name,
-                                  process_group=process_group, max_norm=float(clip),
-                                  gradient_accumulation_steps=gas, **zero3.options_from_config(zero),
-                                  **optimizer_kwargs)
-    else:
-        opt = _offload_optimizer(cls, model_parameters, kwargs, socket, job_name, process_group, ddp, clip, gas,
-                                 fp16_on, fp16, bucket, zero, stage, optimizer_kwargs)
+        zero3_options = zero3.options_from_config(zero)
+    if sched is not None:
+        # The schedule's parameters, checked against a stand-in with the optimizer's param groups.
+        _check_scheduler(sched, model_parameters, kwargs.get("lr"))
+    # As DeepSpeed's engine, the optimizer owns clipping and accumulation: gradients go to the
+    # daemon from backward (a .grad changed before step() is refused), unless the caller says not.
+    optimizer_kwargs = dict(optimizer_kwargs)
+    optimizer_kwargs.setdefault("overlap_backward", True)
+
+    # Everything is checked: only now is the model touched (a refused call leaves it as it was).
+    restore = _convert(module, torch.float16 if fp16_on else torch.bfloat16 if bf16_on else None)
+    try:
+        if stage == 3:
+            opt = zero3.ZERO3_OF[cls](module, model_parameters, **kwargs, socket=socket, job_name=job_name,
+                                      process_group=process_group, max_norm=float(clip),
+                                      gradient_accumulation_steps=gas, **zero3_options, **optimizer_kwargs)
+        else:
+            opt = _offload_optimizer(cls, model_parameters, kwargs, socket, job_name, process_group, ddp, clip,
+                                     gas, fp16_on, fp16, bucket, zero, stage, optimizer_kwargs)
+    except BaseException:
+        restore()
+        raise
     opt.loss_divisor = gas
     opt.train_micro_batch_size_per_gpu = micro
     opt.gradient_accumulation_steps = gas
@@ -298,8 +313,54 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
             opt.lr_scheduler = SCHEDULERS[sched["type"]](opt, **(sched.get("params", {}) or {}))
         except (TypeError, ValueError) as e:
             opt.close()
+            restore()
             raise ValueError(f"scheduler.params of {sched['type']}: {e}") from e
     return model, opt
+
+
+class _StandIn:
+    """What a schedule reads of an optimizer (its param groups' lr), to check its parameters
+    before anything is built."""
+
+    def __init__(self, groups):
+        self.param_groups = groups
+
+
+def _check_scheduler(sched, model_parameters, default_lr):
+    groups = [{"lr": g.get("lr", default_lr)} for g in model_parameters if isinstance(g, dict)]
+    if not groups:
+        groups = [{"lr": default_lr}]
+    try:
+        SCHEDULERS[sched["type"]](_StandIn(groups), **(sched.get("params", {}) or {}))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"scheduler.params of {sched['type']}: {e}") from e
+
+
+def _convert(module, dtype):
+    """module.to(dtype) (fp16: .half(), as DeepSpeed; bf16) when dtype is given; returns a function
+    that puts back the very tensors the module had (params, their grads, buffers), for a call that
+    fails after the conversion. Until then the old tensors stay referenced (the model's memory
+    once more, at most, while the optimizer is built)."""
+    if dtype is None:
+        return lambda: None
+    # .half() swaps a grad's .data in place, so its old data is kept apart from the grad.
+    params = [(p, p.data, p.grad, None if p.grad is None else p.grad.data) for p in module.parameters()]
+    buffers = [(m, name, b) for m in module.modules() for name, b in m._buffers.items() if b is not None]
+    if dtype == torch.float16:
+        module.half()
+    else:
+        module.to(dtype)
+
+    def restore():
+        with torch.no_grad():
+            for p, data, grad, grad_data in params:
+                p.data = data
+                if grad is not None:
+                    grad.data = grad_data
+                p.grad = grad
+            for m, name, b in buffers:
+                m._buffers[name] = b
+    return restore
 
 
 def _offload_optimizer(cls, model_parameters, kwargs, socket, job_name, process_group, ddp, clip, gas, fp16_on,
