@@ -22,7 +22,8 @@ class Net(nn.Module):
 
 def loss_of(model, step, micro, rank):
     g = torch.Generator().manual_seed(((step * 31 + micro) * 7 + rank) & 0x7FFFFFFF)
-    return (model(torch.randn(5, 6, generator=g)) ** 2).mean()
+    x = torch.randn(5, 6, generator=g).to(next(model.parameters()).device)
+    return (model(x) ** 2).mean()
 
 
 def run(rank, world, store, out, task):
@@ -39,7 +40,10 @@ def _accumulate(rank, world, task):
     """passes backward passes per step, the optimizer told gradient_accumulation_steps=gas:
     whatever .grad holds at step() is stepped, as torch steps it."""
     import strata.torch as st
-    model, twin = Net(), Net()
+    device = torch.device(task.get("device", "cpu"))
+    if device.type == "cuda":
+        torch.cuda.set_device(0)
+    model, twin = Net().to(device), Net().to(device)
     # bucket_numel 20, buckets in reverse registration order: [b.bias, b.weight] (ready in
     # backward) and [unused.bias, unused.weight, a.bias, a.weight] (`unused`: no grad, bucketed
     # with a's grads; this bucket waits for step()).
@@ -61,8 +65,9 @@ def _accumulate(rank, world, task):
         opt.zero_grad()
         ref.zero_grad()
     opt.close()
+    assert all(p.device.type == device.type for p in model.parameters())
     return {"diff": max((a - b).abs().max().item() for a, b in zip(model.parameters(), twin.parameters())),
-            "moved": (model.unused.weight - Net().unused.weight).abs().max().item()}
+            "moved": (model.unused.weight.cpu() - Net().unused.weight).abs().max().item()}
 
 
 def _overlap_extra(rank, world, task):

@@ -2,7 +2,8 @@
 of backward passes accumulate, as torch's do), from backward's hooks with
 overlap_backward=True (a pass more than gradient_accumulation_steps is then
 refused by name, not dropped). 1 and 2 ranks, the latter with a param that
-never gets a gradient in a bucket with one that does."""
+never gets a gradient in a bucket with one that does. And the copies between
+host slots and tensors on another device."""
 import copy
 import os
 import uuid
@@ -15,6 +16,7 @@ import torch.nn as nn
 import grad_worker
 import strata
 import strata.torch as st
+from strata.torch import optimizer as offload
 
 
 def _spawn(phase, workdir, **task):
@@ -104,6 +106,23 @@ def test_two_ranks_overlap_backward_refuses_an_extra_pass(stratad, workdir):
         assert r["message"] and "gradient_accumulation_steps=2" in r["message"], results
 
 
+def test_copies_work_for_tensors_off_the_host():
+    """The single-threaded memcpy is for host tensors only; a tensor on another device (here
+    `meta`, the one a CPU machine has; on a GPU, CUDA) goes through copy_, and a bucket's zeros
+    for a param without a gradient are made on the gradients' device (it used to cat host zeros
+    with device gradients)."""
+    dst, src = torch.empty(8, device="meta"), torch.empty(8, device="meta")
+    offload._copy(dst, src)                            # used to call .numpy() on it
+    host = torch.zeros(8)
+    offload._copy(host, torch.arange(8.0))
+    assert torch.equal(host, torch.arange(8.0))
+    params = [torch.empty(3, device="meta"), torch.empty(2, 2, device="meta")]
+    flat = offload._flat_grads(params, [None, torch.empty(2, 2, device="meta")])
+    assert flat.device.type == "meta" and flat.shape == (7,)
+    flat = offload._flat_grads([torch.empty(3), torch.empty(2)], [torch.ones(3), None])
+    assert torch.equal(flat, torch.tensor([1.0, 1, 1, 0, 0]))
+
+
 def test_lr_changed_between_backward_and_step_is_used_as_torch_uses_it(stratad):
     """By default the hyperparameters go out with the gradients at step(), so an LR set between
     backward and step() is the one the step uses, as with torch.optim (with overlap_backward=True
@@ -122,3 +141,59 @@ def test_lr_changed_between_backward_and_step_is_used_as_torch_uses_it(stratad):
     diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), twin.parameters()))
     assert diff <= 1e-6, diff
 
+
+_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@_cuda
+def test_cuda_model_one_rank_offload_matches_torch(stratad):
+    """A CUDA model: grads copied to the host slots and params back with copy_ (the host memcpy
+    would call .numpy() on a CUDA tensor); an unused layer's zeros; against torch on the GPU."""
+    model, twin = grad_worker.Net().cuda(), grad_worker.Net().cuda()
+    opt = st.OffloadAdamW(model.parameters(), lr=1e-2, weight_decay=0.1, socket=stratad.socket)
+    ref = torch.optim.AdamW(twin.parameters(), lr=1e-2, weight_decay=0.1)
+    for step in range(3):
+        for m in (model, twin):
+            grad_worker.loss_of(m, step, 0, 0).backward()
+        for p in twin.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        opt.step()
+        ref.step()
+        opt.zero_grad()
+        ref.zero_grad()
+    opt.close()
+    assert all(p.is_cuda for p in model.parameters())
+    diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), twin.parameters()))
+    assert diff <= 1e-5, diff
+
+
+@_cuda
+def test_cuda_model_two_ranks_offload_matches_torch(stratad, workdir):
+    """2 ranks over gloo with CUDA tensors: the bucket's zeros for the gradient-less param are made
+    on the GPU (they used to be host zeros concatenated with GPU grads)."""
+    for r in _spawn("accumulate", workdir, socket=stratad.socket, gas=2, passes=3, device="cuda"):
+        assert r["diff"] <= 1e-5 and r["moved"] > 0, r
+
+
+@_cuda
+def test_cuda_model_zero3_matches_torch(stratad):
+    model, twin = _mlp().cuda(), _mlp().cuda()
+    opt = st.Zero3AdamW(model, lr=1e-2, socket=stratad.socket)
+    ref = torch.optim.AdamW(twin.parameters(), lr=1e-2)
+    for step in range(3):
+        for m in (model, twin):
+            _loss_on(m, step, "cuda").backward()
+        opt.step()
+        ref.step()
+        opt.zero_grad()
+        ref.zero_grad()
+    opt.close()
+    assert all(p.is_cuda for p in model.parameters())
+    diff = max((a - b).abs().max().item() for a, b in zip(model.parameters(), twin.parameters()))
+    assert diff <= 1e-5, diff
+
+
+def _loss_on(model, step, device):
+    g = torch.Generator().manual_seed(step * 17)
+    return (model(torch.randn(5, 6, generator=g).to(device)) ** 2).mean()

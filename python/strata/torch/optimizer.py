@@ -394,14 +394,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
     def _launch(self, bucket):
         self._begin_step()
         with torch.no_grad():
-            parts = []
-            for t in bucket.tensors:
-                g = self._take_grad(t)
-                if g is None:
-                    parts.append(torch.zeros(self._numel[t], dtype=self._dtype))
-                else:
-                    parts.append(g.detach().reshape(-1))
-            flat = torch.cat(parts) if len(parts) > 1 else parts[0].clone()
+            flat = _flat_grads([self._params[t] for t in bucket.tensors], [self._take_grad(t) for t in bucket.tensors])
             work = None
             if self._reduce:
                 flat.div_(self._comm.world_size)   # as DDP: average = sum of grad / world
@@ -422,7 +415,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
             for t in bucket.tensors:
                 for (s, t_off, n, s_off) in self._owned[t]:
                     shard = self._shards[s]
-                    shard["grad"][s_off:s_off + n].copy_(flat[base + t_off:base + t_off + n])
+                    _copy(shard["grad"][s_off:s_off + n], flat[base + t_off:base + t_off + n])
                     shard["left"] -= n
                     if shard["left"] == 0:
                         self._session.grad_ready(shard["index"], self._step_index)
@@ -519,7 +512,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         """Every daemon's overflow flag and squared norm, combined as one daemon
         holding every rank would (OR; pairwise sum in node order), handed back."""
         overflow, squared = self._session.prepare_step(self._step_index)
-        mine = torch.tensor([1.0 if overflow else 0.0, squared], dtype=torch.float64)
+        mine = torch.tensor([1.0 if overflow else 0.0, squared], dtype=torch.float64, device=self._params[0].device)
         gathered = self._comm.all_gather(mine)
         shares = [gathered[r] for r in self._leaders]
         any_overflow = any(share[0].item() != 0.0 for share in shares)
@@ -549,11 +542,13 @@ class _OffloadOptimizer(torch.optim.Optimizer):
                 for (t, t_off, n, s_off) in shard["ranges"]:
                     _copy(self._params[t].data.view(-1)[t_off:t_off + n], shard["param"][s_off:s_off + n])
             return
-        pack = torch.zeros(self._pack_numel, dtype=self._dtype)
+        # On the params' device: the collective runs where the model lives (NCCL needs the
+        # GPU; gloo takes host or GPU tensors), and each run then lands without a second copy.
+        pack = torch.zeros(self._pack_numel, dtype=self._dtype, device=self._params[0].device)
         pos = 0
         for s, shard in enumerate(self._shards):
             for (t, t_off, n, s_off) in shard["ranges"]:
-                pack[pos:pos + n].copy_(shard["param"][s_off:s_off + n])
+                _copy(pack[pos:pos + n], shard["param"][s_off:s_off + n])
                 pos += n
         packs = self._comm.all_gather(pack)
         flat_views = [p.data.reshape(-1) if p.data.is_contiguous() else None for p in self._params]
@@ -571,7 +566,7 @@ class _OffloadOptimizer(torch.optim.Optimizer):
         # A run may span several tensors only if the daemon's ranges did; ours are per tensor.
         t = self._tensor_at(flat_off)
         t_off = flat_off - self._flat_offset[t]
-        flat_views[t][t_off:t_off + n].copy_(values)
+        flat_views[t][t_off:t_off + n].copy_(values)    # values: on the params' device (the pack)
 
     def _tensor_at(self, flat_off):
         lo, hi = 0, len(self._flat_offset) - 1
@@ -796,18 +791,31 @@ class _OffloadOptimizer(torch.optim.Optimizer):
 
 
 def _copy(dst, src):
-    """dst.copy_(src) for two contiguous tensors of one dtype, as one single-threaded memcpy.
+    """dst.copy_(src); between two contiguous host tensors of one dtype, one single-threaded memcpy.
 
     torch's copy_ splits a copy across its intra-op (OpenMP) threads; each of the ~200
     per-tensor copies of a hand-off or copy-back then waits on a barrier, and on a busy
     machine (more runnable threads than cores) those waits cost 5-10x the copy itself
     (strata bench train: 400 MB copied back in 0.4-1.3 s with 2 threads, 0.1 s with one).
-    A copy is bound by memory bandwidth, not by cores: one thread does it."""
-    if dst.dtype != src.dtype or not dst.is_contiguous() or not src.is_contiguous() or dst.numel() != src.numel():
+    A copy is bound by memory bandwidth, not by cores: one thread does it. A tensor on any
+    other device (a GPU model's grads and params against the host slots) goes through copy_,
+    which moves it between devices."""
+    if (dst.device.type != "cpu" or src.device.type != "cpu" or dst.dtype != src.dtype
+            or not dst.is_contiguous() or not src.is_contiguous() or dst.numel() != src.numel()):
         dst.copy_(src)
         return
     if dst.numel():
         numpy.copyto(dst.view(torch.uint8).numpy(), src.view(torch.uint8).numpy())
+
+
+def _flat_grads(params, grads):
+    """The bucket's gradients as one flat tensor (a new one: it is reduced in place), on the
+    gradients' device; a param without a gradient contributes zeros there (as DDP's unused
+    params), in the param's dtype."""
+    device = next((g.device for g in grads if g is not None), params[0].device)
+    parts = [torch.zeros(p.numel(), dtype=p.dtype, device=device) if g is None else g.detach().reshape(-1)
+             for p, g in zip(params, grads)]
+    return torch.cat(parts) if len(parts) > 1 else parts[0].clone()
 
 
 def _pairwise_sum(values):

@@ -137,6 +137,9 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             raise ValueError(f"ZeRO-3 in strata.torch exchanges float32 params (tested); the params are "
                              f"{', '.join(sorted(str(d) for d in dtypes))}")
         self._dtype = torch.float32
+        # Where each param lives: gathered params, freed placeholders and the collectives'
+        # buffers are made there (the daemon's slots are host memory; copy_ crosses over).
+        self._device = [p.device for p in self._params]
         self._index = {id(p): t for t, p in enumerate(self._params)}
         if len(self._index) != len(self._params):
             raise ValueError("a param appears twice in the param groups")
@@ -293,7 +296,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
     # ----- gathering and freeing -----------------------------------------------------------------
 
     def _free(self, t):
-        self._params[t].data = torch.empty(0, dtype=self._dtype)
+        self._params[t].data = torch.empty(0, dtype=self._dtype, device=self._device[t])
         self._gathered[t] = False
 
     def _acquire(self, indices):
@@ -326,7 +329,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             source = self._acquire(indices)
             try:
                 for t in ts:
-                    full = torch.empty(self._shape[t], dtype=self._dtype)
+                    full = torch.empty(self._shape[t], dtype=self._dtype, device=self._device[t])
                     offload._copy(full.view(-1), source.get(t, self._param_slot[t])[:self._numel[t]])
                     self._params[t].data = full
                     self._gathered[t] = True
@@ -334,7 +337,8 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                 if self._mode == "infinity" and indices:
                     self._session.release(indices)
             return
-        mine = torch.zeros(total, dtype=self._dtype)
+        device = self._device[ts[0]]    # one module's params: one device (the all-gather's)
+        mine = torch.zeros(total, dtype=self._dtype, device=device)
         source = self._acquire(indices)
         try:
             pos = 0
@@ -345,7 +349,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             if self._mode == "infinity" and indices:
                 self._session.release(indices)
         if self._comm.distributed:
-            everyone = torch.empty(total * self._comm.world_size, dtype=self._dtype)
+            everyone = torch.empty(total * self._comm.world_size, dtype=self._dtype, device=device)
             dist.all_gather_into_tensor(everyone, mine, group=self._comm.group)
         else:
             everyone = mine
@@ -353,7 +357,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         pos = 0
         for t in ts:
             c = self._chunk[t]
-            full = parts[:, pos:pos + c].reshape(-1)[:self._numel[t]].clone()
+            full = parts[:, pos:pos + c].reshape(-1)[:self._numel[t]].to(self._device[t], copy=True)
             self._params[t].data = full.view(self._shape[t])
             self._gathered[t] = True
             pos += c
@@ -423,11 +427,11 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             flat = chunk = grad.reshape(-1)
             param.grad = None
         else:
-            flat = torch.zeros(c * world, dtype=self._dtype)
+            flat = torch.zeros(c * world, dtype=self._dtype, device=grad.device)
             flat[:self._numel[t]].copy_(grad.reshape(-1))
             param.grad = None
             flat.div_(world)   # as DDP: the average is the sum of grad / world
-            chunk = torch.empty(c, dtype=self._dtype)
+            chunk = torch.empty(c, dtype=self._dtype, device=grad.device)
             work = dist.reduce_scatter_tensor(chunk, flat, group=self._comm.group, async_op=True)
         self._micro[t] += 1
         # Collectives complete in the order they were issued: the queue is drained from the front.
@@ -455,7 +459,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                     offload._copy(slot[:own], src)
             else:
                 # A later backward pass of the same step: accumulated, as .grad accumulates.
-                slot[:own].add_(chunk[:own])
+                slot[:own].add_(chunk[:own].to(slot.device))
             if self._overlap and micro == self._gas:
                 self._begin_step()
                 self._session.grad_ready(t, self._step_index)
