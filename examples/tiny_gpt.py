@@ -74,13 +74,16 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, vocab, dim=64, layers=2, heads=4, context=32):
+    def __init__(self, vocab, dim=64, layers=2, heads=4, context=32, tie=False):
         super().__init__()
         self.tok = nn.Embedding(vocab, dim)
         self.pos = nn.Embedding(context, dim)
         self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
+        if tie:
+            # Tied embeddings, as GPT-2's and LLaMA's tie_word_embeddings: one param, two modules.
+            self.head.weight = self.tok.weight
         self.hidden_size = dim
 
     def forward(self, x, y=None):

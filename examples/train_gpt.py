@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tiny_gpt  # noqa: E402
 
 DEFAULTS = dict(steps=30, dim=64, layers=2, heads=4, context=32, batch_size=8, accumulation=2, lr=3e-3,
-                weight_decay=0.1, warmup=5, max_norm=1.0, seed=0)
+                weight_decay=0.1, warmup=5, max_norm=1.0, seed=0, tie=False)
 
 
 def schedule(cfg):
@@ -83,7 +83,8 @@ def _train(rank, world, mode, cfg, socket):
 
     torch.manual_seed(cfg["seed"])
     tokens = tiny_gpt.encode(tiny_gpt.make_text())
-    model = tiny_gpt.TinyGPT(len(tiny_gpt.VOCAB), cfg["dim"], cfg["layers"], cfg["heads"], cfg["context"])
+    model = tiny_gpt.TinyGPT(len(tiny_gpt.VOCAB), cfg["dim"], cfg["layers"], cfg["heads"], cfg["context"],
+                             tie=cfg.get("tie", False))
     groups = st.decay_groups(model, cfg["weight_decay"])
     sched = None
     runner = model
@@ -94,7 +95,10 @@ def _train(rank, world, mode, cfg, socket):
     elif mode == "offload":
         opt = st.OffloadAdamW(groups, lr=cfg["lr"], betas=(0.9, 0.999), eps=1e-8, socket=socket,
                               max_norm=cfg["max_norm"], gradient_accumulation_steps=cfg["accumulation"],
-                              bucket_numel=20_000)
+                              bucket_numel=20_000,
+                              # The optimizer owns clipping and accumulation and this loop leaves
+                              # .grad alone: gradients go to stratad during backward.
+                              overlap_backward=True)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(cfg))
     elif mode == "offload-ddp":
         runner = torch.nn.parallel.DistributedDataParallel(model)

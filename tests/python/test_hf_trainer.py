@@ -173,20 +173,25 @@ def test_gpt2_trainer_offload_adamw_equals_torch(stratad, accumulation, max_grad
 
 
 @pytest.mark.parametrize("accumulation", [1, 4])
-def test_gpt2_trainer_zero3_adamw_equals_torch(stratad, accumulation):
+@pytest.mark.parametrize("tie", [False, True])
+def test_gpt2_trainer_zero3_adamw_equals_torch(stratad, accumulation, tie):
     """Zero3AdamW under the Trainer: it takes the gradients in backward (no .grad survives for the
     Trainer to clip), so clipping is max_norm= and accumulation gradient_accumulation_steps=;
-    the Trainer's max_grad_norm is 0. Equal to the Trainer clipping torch's AdamW at 1.0."""
-    ref_losses, _, ref_params, _ = _train_gpt2(_torch_adamw, accumulation, 1.0, tie=False)
+    the Trainer's max_grad_norm is 0. Equal to the Trainer clipping torch's AdamW at 1.0. With
+    tie_word_embeddings (GPT-2's default: wte and lm_head share one param, which two modules
+    gather; issue 25 item 3) as without."""
+    ref_losses, _, ref_params, _ = _train_gpt2(_torch_adamw, accumulation, 1.0, tie=tie)
     losses, _, params, opt = _train_gpt2(
         lambda m: st.Zero3AdamW(m, st.decay_groups(m, 0.1), lr=3e-3, socket=stratad.socket, max_norm=1.0,
                                 gradient_accumulation_steps=accumulation),
-        accumulation, 0.0, tie=False)
+        accumulation, 0.0, tie=tie)
+    if tie:
+        assert opt._model.lm_head.weight is opt._model.transformer.wte.weight
     opt.gather_params()
     params = {n: p.detach().clone() for n, p in opt._model.named_parameters()}
     opt.close()
     loss_rel, param_rel = _worst(losses, ref_losses, params, ref_params)
-    print(f"zero3, accumulation {accumulation}: losses {loss_rel:.2e}, params {param_rel:.2e} relative")
+    print(f"zero3, accumulation {accumulation}, tie {tie}: losses {loss_rel:.2e}, params {param_rel:.2e} relative")
     assert loss_rel <= 1e-5, (losses, ref_losses)
     assert param_rel <= 1e-5
 

@@ -49,6 +49,24 @@ def test_losses_and_params_match(runs, mode, ref):
             assert diff <= 1e-5, f"{mode} rank {rank} {name}: max difference {diff} from {ref}"
 
 
+def test_tied_embeddings_train_as_torch(nvme_stratad, tmp_path_factory):
+    """Issue 25 item 3: the tiny GPT with its output projection tied to its token embedding (one
+    param held by two modules, as GPT-2's and LLaMA's tie_word_embeddings), 2 ranks at stage 3 on
+    NVMe: gathered for both modules, its gradient summed over both uses and reduced once, equal to
+    DDP + torch.optim.AdamW."""
+    workdir = str(tmp_path_factory.mktemp("gpt3-tied"))
+    cfg = dict(train_gpt.DEFAULTS, tie=True, steps=10)
+    ref = train_gpt.run_mode("torch", cfg, nvme_stratad.socket, 2, workdir)
+    got = train_gpt.run_mode("infinity", cfg, nvme_stratad.socket, 2, workdir)
+    assert "head.weight" not in ref[0]["params"]       # one param: named once
+    for step, (a, b) in enumerate(zip(got[0]["losses"], ref[0]["losses"])):
+        assert abs(a - b) <= 1e-5 * abs(b), f"step {step}: loss {a} vs torch {b}"
+    for rank in range(2):
+        for name, want in ref[rank]["params"].items():
+            diff = (got[rank]["params"][name] - want).abs().max().item()
+            assert diff <= 1e-5, f"rank {rank} {name}: max difference {diff} from torch"
+
+
 def test_offload_and_infinity_agree_bit_for_bit(runs):
     assert runs["zero3"][0]["losses"] == runs["infinity"][0]["losses"]
     for rank in range(2):

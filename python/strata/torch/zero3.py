@@ -143,16 +143,16 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         self._index = {id(p): t for t, p in enumerate(self._params)}
         if len(self._index) != len(self._params):
             raise ValueError("a param appears twice in the param groups")
-        # The module that owns each param: its hooks gather and free it.
+        # The modules that hold each param: their hooks gather and free it. A param held by
+        # several (tied weights: an LM's input embedding and its output projection) is gathered
+        # while any of them runs, freed when none does, and its gradient, which autograd sums
+        # over every use before the post-accumulate hook, is reduced once.
         self._modules = {}          # module -> [tensor indices]
-        owner = {}
+        owner = {}                  # id(param) -> [modules]
         for m in model.modules():
             for _, p in m.named_parameters(recurse=False):
                 if id(p) in self._index:
-                    if id(p) in owner:
-                        raise ValueError("a param is shared by two modules (tied weights); ZeRO-3 in "
-                                         "strata.torch gathers each param for the one module that owns it")
-                    owner[id(p)] = m
+                    owner.setdefault(id(p), []).append(m)
                     self._modules.setdefault(m, []).append(self._index[id(p)])
         missing = [t for t, p in enumerate(self._params) if id(p) not in owner]
         if missing:
@@ -222,11 +222,14 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         self._awaiting = {}
         self._begun = None
         self._hooks = []
-        self._module_of = {}
+        self._module_of = {}        # tensor -> the modules holding it
+        # How many modules that hold each param are running (forward) or waiting for its
+        # gradient (backward): it is freed when that drops to 0.
+        self._uses = [0] * len(self._params)
         self._patched = []
         for m, ts in self._modules.items():
             for t in ts:
-                self._module_of[t] = m
+                self._module_of.setdefault(t, []).append(m)
             w = self._index.get(id(getattr(m, "weight", None)))
             if type(m) is torch.nn.Linear and "forward" not in vars(m) and w is not None and not self._resident[w]:
                 m.forward = types.MethodType(_linear_forward, m)
@@ -365,21 +368,36 @@ class _Zero3Optimizer(torch.optim.Optimizer):
     def _partitioned(self, m):
         return [t for t in self._modules[m] if not self._resident[t]]
 
+    def _use(self, m):
+        ts = self._partitioned(m)
+        for t in ts:
+            self._uses[t] += 1
+        self._fetch(ts)
+
+    def _done_with(self, m):
+        for t in self._partitioned(m):
+            self._uses[t] = max(0, self._uses[t] - 1)
+            if self._uses[t] == 0 and self._gathered[t]:
+                self._free(t)
+
     def _make_gather_hook(self, m):
         def hook(module, args):
-            self._fetch(self._partitioned(m))
+            self._use(m)
         return hook
 
     def _make_free_hook(self, m):
         def hook(module, args, output):
-            for t in self._partitioned(m):
-                self._free(t)
+            self._done_with(m)
         return hook
 
     def _make_backward_gather_hook(self, m):
         def hook(module, grad_output):
+            if m in self._awaiting:
+                # Called twice in forward: one wait for its gradients (autograd sums the uses).
+                self._fetch(self._partitioned(m))
+                return
             self._awaiting[m] = set(self._modules[m])
-            self._fetch(self._partitioned(m))
+            self._use(m)
         return hook
 
     def gather_params(self):
@@ -395,14 +413,13 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         def hook(param):
             with torch.no_grad():
                 self._reduce_grad(t, param)
-            m = self._module_of[t]
-            waiting = self._awaiting.get(m)
-            if waiting is not None:
-                waiting.discard(t)
-                if not waiting:
-                    del self._awaiting[m]
-                    for u in self._partitioned(m):
-                        self._free(u)
+            for m in self._module_of[t]:
+                waiting = self._awaiting.get(m)
+                if waiting is not None:
+                    waiting.discard(t)
+                    if not waiting:
+                        del self._awaiting[m]
+                        self._done_with(m)
         return hook
 
     def _reduce_grad(self, t, param):
@@ -522,6 +539,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         self._micro = [0] * len(self._params)
         self._ready = set()
         self._awaiting = {}
+        self._uses = [0] * len(self._params)
         self._begun = None
         return loss
 
