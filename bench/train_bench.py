@@ -109,7 +109,8 @@ def child(variant, steps, warmup, threads, socket, nvme, store, infinity_budget)
         opt = torch.optim.AdamW(groups, lr=m["lr"], betas=(0.9, 0.999), eps=1e-8, fused=True)
     elif variant == "strata-offload":
         import strata.torch as st
-        opt = st.OffloadAdamW(groups, lr=m["lr"], betas=(0.9, 0.999), eps=1e-8, socket=socket)
+        # The loop leaves .grad alone: the hooks may hand gradients off in backward, as DeepSpeed's engine does.
+        opt = st.OffloadAdamW(groups, lr=m["lr"], betas=(0.9, 0.999), eps=1e-8, socket=socket, overlap_backward=True)
     elif variant == "strata-infinity":
         import strata.torch as st
         opt = st.Zero3AdamW(model, groups, lr=m["lr"], betas=(0.9, 0.999), eps=1e-8, socket=socket,

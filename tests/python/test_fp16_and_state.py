@@ -280,7 +280,9 @@ def test_hyperparameters_changed_between_backward_and_step_are_refused(stratad):
     and after the fix the run continues exactly as torch's."""
     model = _mlp()
     twin = copy.deepcopy(model)
-    opt = st.OffloadAdamW(model.parameters(), lr=1e-2, bucket_numel=1, socket=stratad.socket)  # a bucket per tensor
+    # overlap_backward: the hooks hand the buckets off in backward (the default takes .grad in step()).
+    opt = st.OffloadAdamW(model.parameters(), lr=1e-2, bucket_numel=1, socket=stratad.socket,  # a bucket per tensor
+                          overlap_backward=True)
     ref = torch.optim.AdamW(twin.parameters(), lr=1e-2)
     assert _train(model, opt, 1, 0) == pytest.approx(_train(twin, ref, 1, 0), rel=1e-6)
     loss = _loss(model, 1)
