@@ -70,6 +70,21 @@ seeds = {
    ("ResumeJob", 'job: "d"'),
    ("ParkJob", 'job: "d" tier: TIER_DEVICE'),
    ("ResumeJob", 'job: "nope"')],
+ "hostile_issue30": [
+   # LAMB named by the request (the config names AdamW), an unknown type, a budget near 2^64.
+   ("CreateJob", f'name: "l" world_size: 1 mode: MODE_OFFLOAD deepspeed_config_json: {ds_off} optimizer {{ type: "lamb" lr: 0.01 }}'),
+   ("CreateJob", f'name: "u" world_size: 1 mode: MODE_OFFLOAD deepspeed_config_json: {ds_off} optimizer {{ type: "sgd" lr: 0.01 }}'),
+   ("CreateJob", f'name: "w" world_size: 1 mode: MODE_INFINITY deepspeed_config_json: {ds_inf} pinned_budget_bytes: 18446744073709551516'),
+   ("CreateJob", f'name: "c" world_size: 1 mode: MODE_OFFLOAD deepspeed_config_json: {ds_off}'),
+   ("AttachRank", 'job: "c" rank: 0'),
+   ("RegisterTensors", 'session_id: 0 tensors { name: "w" numel: 64 }'),
+   ("InitParams", 'session_id: 0'),
+   # Checkpoint names reaching for another user's home, the root's own and "users" itself.
+   ("SaveCheckpoint", 'job: "c" directory: "users/0/x"'),
+   ("SaveCheckpoint", 'job: "c" directory: "../../users/1/x"'),
+   ("SaveCheckpoint", 'job: "c" directory: "a/b/c"'),
+   ("LoadCheckpoint", 'directory: "users" job_name: "q"'),
+   ("GetStatus", "")],
  "partition": [
    ("CreateJob", f'name: "p" world_size: 2 mode: MODE_OFFLOAD deepspeed_config_json: {ds_off}'),
    ("AttachRank", 'job: "p" rank: 1'),
