@@ -304,3 +304,72 @@ def test_hyperparameters_changed_between_backward_and_step_are_refused(stratad):
     for a, b in zip(model.parameters(), twin.parameters()):
         assert (a - b).abs().max().item() <= 1e-5
     opt.close()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_zero3_16bit_params_with_fp32_masters_follow_deepspeed(stratad, monkeypatch, dtype):
+    """Issue 25 item 2: ZeRO-3 with a float16 or bfloat16 model: 16-bit params and gradients in the
+    trainer, fp32 masters in the daemon written back as 16-bit params in the optimizer's pass, as
+    DeepSpeed's fp16/bf16 optimizers do; fp16 with DeepSpeed's dynamic loss scaler (the same steps
+    skipped, the same scales). The reference: torch AdamW on fp32 masters fed the unscaled 16-bit
+    gradients of a twin whose params are the masters rounded once."""
+    from deepspeed.runtime.fp16 import loss_scaler as ds_scaler
+
+    class _OneRank:   # DeepSpeed's scaler logs with dist.get_rank()
+        @staticmethod
+        def get_rank():
+            return 0
+    monkeypatch.setattr(ds_scaler, "dist", _OneRank)
+    half = dtype == torch.float16
+    reference = ds_scaler.DynamicLossScaler(init_scale=2.0 ** 24, scale_window=3, min_scale=1, delayed_shift=2,
+                                            consecutive_hysteresis=False, dtype=dtype) if half else None
+    model = _mlp(dtype)
+    twin = copy.deepcopy(model)
+    masters = [p.detach().float().clone().requires_grad_(True) for p in model.parameters()]
+    ref_opt = torch.optim.AdamW(masters, lr=1e-3, weight_decay=0.01)
+    fp16 = {"initial_scale_power": 24, "loss_scale_window": 3, "hysteresis": 2, "min_loss_scale": 1} if half else None
+    opt = st.Zero3AdamW(model, lr=1e-3, weight_decay=0.01, socket=stratad.socket, fp16=fp16)
+    skipped = applied = 0
+    for step in range(24 if half else 10):
+        scale = opt.loss_scale
+        if half:
+            assert scale == reference.cur_scale, f"step {step}: scale {scale}, DeepSpeed's {reference.cur_scale}"
+        else:
+            assert scale == 1.0
+        opt.backward(_loss(model, step, dtype))
+        for p in twin.parameters():
+            p.grad = None
+        (_loss(twin, step, dtype).float() * scale).backward()
+        overflow = any(not torch.isfinite(p.grad).all() for p in twin.parameters())
+        opt.step()
+        if half:
+            reference.update_scale(overflow)
+        assert opt.last_step_skipped == overflow, f"step {step}: skipped {opt.last_step_skipped}, overflow {overflow}"
+        if overflow:
+            skipped += 1
+            continue
+        applied += 1
+        for m, p in zip(masters, twin.parameters()):
+            m.grad = p.grad.detach().float() / scale
+        ref_opt.step()
+        with torch.no_grad():
+            for m, p in zip(masters, twin.parameters()):
+                p.copy_(m.detach().to(dtype))
+    if half:
+        assert skipped >= 3 and applied >= 8, (skipped, applied)
+    else:
+        assert skipped == 0
+    state = opt.state_dict()["state"]
+    opt.gather_params()
+    for i, (m, p) in enumerate(zip(masters, model.parameters())):
+        assert p.dtype == dtype
+        assert float(state[i]["step"]) == applied
+        diff = (state[i]["fp32_master"] - m.detach()).abs().max().item()
+        assert diff <= 1e-6 * max(1.0, m.detach().abs().max().item()), f"param {i} master: {diff}"
+        for key in ("exp_avg", "exp_avg_sq"):
+            ref = ref_opt.state[m][key]
+            d = (state[i][key] - ref).abs().max().item()
+            assert d <= 1e-5 * ref.abs().max().item(), f"param {i} {key}: max difference {d}"
+        # The 16-bit params are the daemon's masters rounded once.
+        assert torch.equal(p.detach(), state[i]["fp32_master"].to(dtype)), f"param {i}"
+    opt.close()

@@ -39,9 +39,14 @@ def _config(**extra):
 
 
 REFUSED = {
-    "stage 3 with fp16": (_config(zero_optimization={"stage": 3}), "float32"),
-    "stage 3 with bf16": (_config(fp16={"enabled": False}, bf16={"enabled": True},
-                                  zero_optimization={"stage": 3}), "float32"),
+    # Stage 3 takes fp16/bf16 models now: a stage-3 refusal with either enabled must still come
+    # before the conversion.
+    "stage 3 with fp16 and a bad stage-3 option": (
+        _config(zero_optimization={"stage": 3, "stage3_param_persistence_threshold": -1}),
+        "stage3_param_persistence_threshold"),
+    "stage 3 with bf16 and a bad stage-3 option": (
+        _config(fp16={"enabled": False}, bf16={"enabled": True},
+                zero_optimization={"stage": 3, "offload_param": {"device": "gpu"}}), "offload_param.device"),
     "a bad stage-3 option": (_config(fp16={"enabled": False},
                                      zero_optimization={"stage": 3, "offload_param": {"device": "gpu"}}),
                              "offload_param.device"),

@@ -114,13 +114,22 @@ def test_deepspeed_stage3_options():
         zero3.options_from_config({"stage": 3, "offload_param": {"device": "nvme", "max_in_cpu": 0}})
 
 
-def test_stage3_refuses_fp16():
+def test_stage3_takes_16bit_models_from_the_config(stratad):
+    """st.initialize at stage 3 with fp16 (its loss-scaler options passed on) and with bf16: the
+    model comes back 16-bit and trains (the bits are test_fp16_and_state's)."""
     import strata.torch as st
-    model = torch.nn.Linear(4, 4)
-    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
-           "optimizer": {"type": "AdamW"}, "fp16": {"enabled": True}}
-    with pytest.raises(ValueError, match="float32"):
-        st.initialize(model, config=cfg, socket="/nonexistent/s.sock")
+    for section, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+        cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
+               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+               section: {"enabled": True, **({"initial_scale_power": 8} if section == "fp16" else {})}}
+        model, opt = st.initialize(model, config=cfg, socket=stratad.socket)
+        assert {p.dtype for p in model.parameters()} == {dtype}
+        assert opt.loss_scale == (2.0 ** 8 if section == "fp16" else 1.0)
+        opt.backward(model(torch.randn(2, 8, dtype=dtype)).float().pow(2).mean())
+        opt.step()
+        assert not opt.last_step_skipped
+        opt.close()
 
 
 class _Net(torch.nn.Module):

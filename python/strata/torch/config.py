@@ -281,9 +281,10 @@ def initialize(model, config, model_parameters=None, optimizer=None, args=None, 
     zero3_options = None
     if stage == 3:
         from strata.torch import zero3
-        if fp16_on or bf16_on:
-            raise ValueError("zero_optimization.stage 3 in strata.torch runs float32 models; disable fp16/bf16")
         zero3_options = zero3.options_from_config(zero)
+        if fp16_on:
+            # DeepSpeed's dynamic loss scaler, run by the daemon (as at stage 2).
+            zero3_options["fp16"] = {k: v for k, v in fp16.items() if k not in ("enabled", "auto_cast", "type")}
     if sched is not None:
         # The schedule's parameters, checked against a stand-in with the optimizer's param groups.
         _check_scheduler(sched, model_parameters, kwargs.get("lr"))

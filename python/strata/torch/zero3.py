@@ -90,7 +90,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
     def __init__(self, model, params, defaults, *, mode="offload", socket=None, job_name=None,
                  process_group=None, max_norm=0.0, gradient_accumulation_steps=1, persistence_threshold=0,
                  pinned_budget_bytes=0, device_budget_bytes=0, nvme_path=None, keep_job=False,
-                 rpc_timeout_s=30.0, step_timeout_s=300.0, overlap_backward=True):
+                 rpc_timeout_s=30.0, step_timeout_s=300.0, overlap_backward=True, fp16=None):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
@@ -133,10 +133,23 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         if not self._params:
             raise ValueError("no trainable params (every param has requires_grad=False)")
         dtypes = {p.dtype for p in self._params}
-        if dtypes != {torch.float32}:
-            raise ValueError(f"ZeRO-3 in strata.torch exchanges float32 params (tested); the params are "
-                             f"{', '.join(sorted(str(d) for d in dtypes))}")
-        self._dtype = torch.float32
+        if len(dtypes) != 1 or next(iter(dtypes)) not in offload._DTYPE_NAMES:
+            raise ValueError(f"ZeRO-3 in strata.torch exchanges one param dtype (float32, float16 or bfloat16); "
+                             f"the params are {', '.join(sorted(str(d) for d in dtypes))}")
+        # 16-bit params and gradients in the trainer, fp32 masters in the daemon (written back
+        # as 16-bit params in the optimizer's pass), as DeepSpeed's fp16/bf16 optimizers keep
+        # them. fp16: DeepSpeed's dynamic loss scaler, run by the daemon (an overflow skips the
+        # step on every rank alike and lowers the scale).
+        self._dtype = next(iter(dtypes))
+        if self._dtype == torch.float16:
+            self._fp16_config = dict(offload._FP16_DEFAULTS)
+            self._fp16_config.update(fp16 or {})
+            self._fp16_config["enabled"] = True
+        elif fp16:
+            raise ValueError(f"fp16 loss scaling needs a float16 model (model.half()); the params are {self._dtype}")
+        else:
+            self._fp16_config = None
+        self._fp16 = self._fp16_config      # what the offload optimizer's loss-scale methods read
         # Where each param lives: gathered params, freed placeholders and the collectives'
         # buffers are made there (the daemon's slots are host memory; copy_ crosses over).
         self._device = [p.device for p in self._params]
@@ -179,7 +192,8 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         if self._is_leader:
             import json
             self._client.create_job(self._job, world, mode=mode, deepspeed_config_json=json.dumps(self._job_config()),
-                                    param_dtype="fp32", grad_dtype="fp32",
+                                    param_dtype=offload._DTYPE_NAMES[self._dtype],
+                                    grad_dtype=offload._DTYPE_NAMES[self._dtype],
                                     pinned_budget_bytes=int(pinned_budget_bytes) if mode == "infinity" else 0,
                                     device_budget_bytes=self._device_budget)
         self._comm.barrier()
@@ -271,7 +285,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         """The offload optimizer's DeepSpeed JSON, with the stage the daemon's mode needs: an
         offload job holds the per-tensor partition at its stage 2 (it refuses stage 3, whose
         layout it does not build itself); an infinity job runs stage 3 on NVMe."""
-        self._stage, self._sub_group_size, self._fp16, self._extra_config = 2, None, None, {}
+        self._stage, self._sub_group_size, self._fp16, self._extra_config = 2, None, self._fp16_config, {}
         config = offload._OffloadOptimizer._job_config(self)
         if self._mode == "infinity":
             nvme = {"device": "nvme"}
@@ -316,7 +330,8 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             # The arena is read-only; these views are only read (copied from).
             warnings.simplefilter("ignore", UserWarning)
             for index, _tier, offset, nbytes in self._session.acquire_places(indices, "device"):
-                source[index] = torch.frombuffer(self._arena, dtype=self._dtype, count=nbytes // 4, offset=offset)
+                source[index] = torch.frombuffer(self._arena, dtype=self._dtype,
+                                                 count=nbytes // self._params[index].element_size(), offset=offset)
         return source
 
     def _fetch(self, ts):
@@ -518,6 +533,8 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         t2 = time.perf_counter()
         self.last_grad_norm = result["grad_norm"]
         self.last_step_skipped = result["skipped"]
+        if self._fp16 is not None:
+            self.loss_scale = result["loss_scale"]
         for t in range(len(self._params)):
             # Whatever is gathered now is the old value: the next use fetches the new one.
             if self._gathered[t] and not self._resident[t]:
@@ -543,17 +560,13 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         self._begun = None
         return loss
 
-    @property
-    def loss_scale(self):
-        return 1.0      # float32 only: no loss scaling
-
-    def scale_loss(self, loss):
-        """loss / loss_divisor (st.initialize sets it to gradient_accumulation_steps)."""
-        return loss / self.loss_divisor if self.loss_divisor != 1 else loss
-
-    def backward(self, loss):
-        """scale_loss(loss).backward(), as DeepSpeed's engine.backward."""
-        self.scale_loss(loss).backward()
+    # fp16 loss scaling as the offload optimizer's: loss_scale is the daemon's (1.0 without
+    # fp16); scale_loss divides by loss_divisor (st.initialize sets it to
+    # gradient_accumulation_steps) and multiplies by the scale; backward runs it backward, as
+    # DeepSpeed's engine.backward.
+    loss_scale = offload._OffloadOptimizer.loss_scale
+    scale_loss = offload._OffloadOptimizer.scale_loss
+    backward = offload._OffloadOptimizer.backward
 
     def zero_grad(self, set_to_none=True):
         # The hooks already took every gradient (param.grad is None after backward).
@@ -605,6 +618,8 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         packed = {}
         for t, p in enumerate(self._params):
             packed[number[id(p)]] = {k: v if k == "step" else v.reshape(self._shape[t]) for k, v in state[t].items()}
+            if self._dtype != torch.float32:
+                packed[number[id(p)]]["fp32_master"] = whole["params"][t].reshape(self._shape[t])
         return {"state": packed, "param_groups": offload.torch_param_groups(self.param_groups, number)}
 
     def load_state_dict(self, state_dict):
