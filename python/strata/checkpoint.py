@@ -408,11 +408,13 @@ def _replace_file(path, data):
             os.unlink(tmp)
 
 
-def write_optimizer_states(directory, states, step):
+def write_optimizer_states(directory, states, step, masters=None, param_dtype=None):
     """Rewrites the optimizer streams of one checkpoint directory (every stream but 'master') from
     `states`, {tensor index: {stream name: 1-D float32 tensor of the tensor's numel}}, each file by
     its own layout (ranges, NVMe tiles), and sets the manifest's optimizer step count to `step`.
-    The fp32 masters and the params stay as saved. Each element is written by the rank file that
+    The fp32 masters and the params stay as saved, unless `masters` ({tensor index: 1-D float32
+    tensor}) is given: then the 'master' stream is written from it and the params section from it
+    rounded to `param_dtype` (a torch dtype of the manifest's param_bytes). Each element is written by the rank file that
     owns it, so a directory of a multi-daemon job needs only its own tensors' elements; a tensor
     missing from `states` is a CheckpointError. stratad's LoadCheckpoint then loads the directory
     (what ZeRO-3's load_state_dict does)."""
@@ -428,6 +430,15 @@ def write_optimizer_states(directory, states, step):
                 if v is None or v.dtype != torch.float32 or v.dim() != 1 or v.numel() != m["numels"][t]:
                     raise CheckpointError(f"no float32 '{s}' of {m['numels'][t]} elements given for tensor {t} "
                                           f"('{m['names'][t]}')")
+            if masters is not None:
+                v = masters.get(t)
+                if v is None or v.dtype != torch.float32 or v.dim() != 1 or v.numel() != m["numels"][t]:
+                    raise CheckpointError(f"no float32 master of {m['numels'][t]} elements given for tensor {t} "
+                                          f"('{m['names'][t]}')")
+    if masters is not None and (param_dtype is None or
+                                torch.empty(0, dtype=param_dtype).element_size() != m["param_bytes"]):
+        raise CheckpointError(f"param_dtype {param_dtype} does not match the checkpoint's {m['param_bytes']}-byte "
+                              "params")
     for e in m["files"]:
         path = os.path.join(m["dir"], e["file"])
         f, size = _open_regular(path)
@@ -441,11 +452,18 @@ def write_optimizer_states(directory, states, step):
         floats = torch.frombuffer(raw, dtype=torch.float32, count=n_streams * e["padded"])   # writes through
         for begin, count, pieces in _tiles(e):
             for k, s in enumerate(streams):
-                if s == "master":
+                if s == "master" and masters is None:
                     continue
+                source = masters if s == "master" else {t: states[t][s] for (t, _, _, _) in pieces}
                 base = begin * n_streams + k * count    # tile `begin` of stream k
                 for (t, t_at, lo, hi) in pieces:
-                    floats[base + lo - begin:base + hi - begin].copy_(states[t][s][t_at:t_at + hi - lo])
+                    floats[base + lo - begin:base + hi - begin].copy_(source[t][t_at:t_at + hi - lo])
+        if masters is not None:
+            # The params section follows the streams: the shard's padded elements, untiled.
+            params = torch.frombuffer(raw, dtype=param_dtype, count=e["padded"],
+                                      offset=n_streams * 4 * e["padded"])
+            for (t, t_off, n, s_off) in e["ranges"]:
+                params[s_off:s_off + n].copy_(masters[t][t_off:t_off + n].to(param_dtype))
         _replace_file(path, raw)
     manifest_path = os.path.join(m["dir"], "manifest.json")
     with open(manifest_path) as f:

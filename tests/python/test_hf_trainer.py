@@ -280,3 +280,60 @@ def test_overlap_backward_refuses_grads_changed_before_step(stratad):
     assert "changed between backward and step()" in str(e.value)
     assert "overlap_backward=False" in str(e.value)
     opt.close()
+
+
+@pytest.mark.parametrize("optimizer", ["offload", "zero3"])
+def test_gpt2_trainer_saves_and_resumes_as_the_uninterrupted_run(stratad, optimizer):
+    """Issue 25 item 4: the Trainer's save_steps (optimizer.state_dict(), torch.save) and
+    resume_from_checkpoint (load_state_dict) through stratad with no strata-specific setting
+    (no STRATA_CHECKPOINT_ROOT): a run saved at step 4, resumed by a new Trainer, model and
+    optimizer, ends as the uninterrupted 8-step run."""
+    import os
+    from transformers import Trainer, TrainingArguments, get_cosine_schedule_with_warmup
+
+    saved_env = os.environ.pop("STRATA_CHECKPOINT_ROOT", None)
+
+    def make(m):
+        if optimizer == "offload":
+            return st.OffloadAdamW(st.decay_groups(m, 0.1), lr=3e-3, socket=stratad.socket)
+        return st.Zero3AdamW(m, st.decay_groups(m, 0.1), lr=3e-3, socket=stratad.socket, max_norm=1.0)
+
+    def train(out, max_steps, resume):
+        model = _gpt2(tie=True)
+        opt = make(model)
+        args = TrainingArguments(output_dir=out, max_steps=max_steps, per_device_train_batch_size=_BATCH,
+                                 max_grad_norm=1.0 if optimizer == "offload" else 0.0, report_to=[],
+                                 use_cpu=True, save_strategy="steps", save_steps=4, logging_steps=1, seed=0,
+                                 disable_tqdm=True, dataloader_num_workers=0)
+        trainer = Trainer(model=model, args=args, train_dataset=_Tokens(8 * _BATCH),
+                          optimizers=(opt, get_cosine_schedule_with_warmup(opt, 1, 8)))
+        trainer.train(resume_from_checkpoint=resume)
+        losses = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
+        if optimizer == "zero3":
+            opt.gather_params()
+        params = {n: p.detach().clone() for n, p in model.named_parameters()}
+        opt.close()
+        return losses, params
+
+    try:
+        with tempfile.TemporaryDirectory() as whole, tempfile.TemporaryDirectory() as cut:
+            ref_losses, ref_params = train(whole, 8, None)
+            first, first_params = train(cut, 4, None)
+            assert os.path.exists(os.path.join(cut, "checkpoint-4", "optimizer.pt"))
+            # The saved model is the trained one (with ZeRO-3 the trainer's params are empty
+            # placeholders between steps: the Trainer used to save those).
+            from transformers import GPT2LMHeadModel
+            saved = GPT2LMHeadModel.from_pretrained(os.path.join(cut, "checkpoint-4"))
+            for n, p in saved.named_parameters():
+                assert torch.equal(p.detach(), first_params[n]), n
+            losses, params = train(cut, 8, os.path.join(cut, "checkpoint-4"))
+    finally:
+        if saved_env is not None:
+            os.environ["STRATA_CHECKPOINT_ROOT"] = saved_env
+    for step in range(1, 5):
+        assert first[step] == pytest.approx(ref_losses[step], rel=1e-6), (step, first, ref_losses)
+    for step in range(5, 9):
+        assert losses[step] == pytest.approx(ref_losses[step], rel=1e-5), (step, losses, ref_losses)
+    for n, want in ref_params.items():
+        a, b = _comparable(n, params[n]), _comparable(n, want)
+        assert ((a - b).norm() / b.norm()).item() <= 1e-5, n

@@ -253,6 +253,11 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             self._hooks.append(m.register_full_backward_pre_hook(self._make_backward_gather_hook(m)))
         for t, p in enumerate(self._params):
             self._hooks.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(t)))
+        # model.state_dict() and model.load_state_dict() see whole params (a Hugging Face Trainer
+        # saves and, on resume, loads the model through them; its placeholders are empty).
+        self._hooks.append(model.register_state_dict_pre_hook(self._model_state_dict_hook))
+        self._hooks.append(model.register_load_state_dict_pre_hook(self._model_load_pre_hook))
+        self._hooks.append(model.register_load_state_dict_post_hook(self._model_load_post_hook))
         self.last_grad_norm = None
         self.last_step_times = {}
         self.last_step_skipped = False
@@ -421,6 +426,45 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for m in self._modules:
                 self._fetch(self._partitioned(m))
+
+    def _whole_from_daemon(self):
+        """Makes every param whole without a collective (the Trainer saves the model on rank 0
+        only): the daemon holds every rank's shards, so this rank saves the job and reads the
+        params from that checkpoint (its 16-bit params are its masters rounded once)."""
+        from strata import checkpoint as ckpt
+        missing = [t for t in range(len(self._params)) if not self._gathered[t]]
+        if not missing:
+            return
+        directory = offload.state_checkpoint(self._client, self._job)
+        try:
+            params = ckpt.consolidate(directory)["params"]
+        finally:
+            shutil.rmtree(os.path.dirname(directory), ignore_errors=True)
+        with torch.no_grad():
+            for t in missing:
+                self._params[t].data = params[t].to(dtype=self._dtype, device=self._device[t]).reshape(self._shape[t])
+                self._gathered[t] = True
+
+    def _model_state_dict_hook(self, module, prefix, keep_vars):
+        if getattr(self, "_session", None) is not None:
+            self._whole_from_daemon()
+
+    def _model_load_pre_hook(self, module, state_dict, prefix, local_metadata, strict, missing_keys,
+                             unexpected_keys, error_msgs):
+        # Whole params, so that the loaded tensors' shapes match (their values are replaced).
+        if getattr(self, "_session", None) is not None:
+            self._whole_from_daemon()
+
+    def _model_load_post_hook(self, module, incompatible_keys):
+        """The loaded values become the daemon's params and masters (the moments and step stay):
+        otherwise the next forward would fetch the old ones. Collective: every rank loads."""
+        if getattr(self, "_session", None) is None:
+            return
+        state = self.state_dict()
+        number = offload.torch_numbering(self.param_groups)
+        for p in self._params:
+            state["state"][number[id(p)]]["fp32_master"] = p.detach().to(torch.float32)
+        self.load_state_dict(state)
 
     # ----- gradients -----------------------------------------------------------------------------
 
@@ -618,8 +662,9 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         packed = {}
         for t, p in enumerate(self._params):
             packed[number[id(p)]] = {k: v if k == "step" else v.reshape(self._shape[t]) for k, v in state[t].items()}
-            if self._dtype != torch.float32:
-                packed[number[id(p)]]["fp32_master"] = whole["params"][t].reshape(self._shape[t])
+            # The daemon's masters: a resumed job takes them (with ZeRO-3 the trainer's params
+            # are not whole when the Trainer saves or loads the model, nor are they the masters).
+            packed[number[id(p)]]["fp32_master"] = whole["params"][t].reshape(self._shape[t])
         return {"state": packed, "param_groups": offload.torch_param_groups(self.param_groups, number)}
 
     def load_state_dict(self, state_dict):
@@ -633,7 +678,7 @@ class _Zero3Optimizer(torch.optim.Optimizer):
         groups = state_dict["param_groups"]
         theirs = offload.state_dict_index(self.param_groups, groups)
         keys = tuple(self._state_keys) + (("max_exp_avg_sq",) if self.defaults.get("amsgrad") else ())
-        values, steps = [], set()
+        values, steps, masters = [], set(), {}
         for t, p in enumerate(self._params):
             entry = state_dict["state"].get(theirs[id(p)])
             if entry is None:
@@ -649,6 +694,14 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                     raise ValueError(f"the state of param {t} has a '{key}' of {v.numel()} elements; the "
                                      f"param has {self._numel[t]}")
                 values[t][key] = v.reshape(-1).to(torch.float32).contiguous()
+            if "fp32_master" in entry:
+                v = torch.as_tensor(entry["fp32_master"]).detach()
+                if v.numel() != self._numel[t]:
+                    raise ValueError(f"the fp32_master of param {t} has {v.numel()} elements; the param has "
+                                     f"{self._numel[t]}")
+                masters[t] = v.reshape(-1).to(torch.float32).contiguous()
+        if masters and len(masters) != len(self._params):
+            raise ValueError("the state dict has fp32_master for some params only; give it for all or none")
         if len(steps) != 1:
             raise ValueError(f"the params' step counts differ ({sorted(steps)}); stratad keeps one per job")
         step = steps.pop()
@@ -664,7 +717,9 @@ class _Zero3Optimizer(torch.optim.Optimizer):
                     raise ValueError(f"the daemon's job keeps {names}; this optimizer expects {list(keys)}")
                 states = {t: {s: values[t][k] for s, k in zip(m["streams"][1:], names)}
                           for t in range(len(values))}
-                ckpt.write_optimizer_states(directory, states, step)
+                # With the masters (this class's state dicts), the params are theirs too.
+                ckpt.write_optimizer_states(directory, states, step, masters=masters or None,
+                                            param_dtype=self._dtype)
 
             def reload():
                 self._client.delete_job(self._job)
@@ -676,6 +731,13 @@ class _Zero3Optimizer(torch.optim.Optimizer):
             self._comm.barrier()
             self._on_leader(reload)
             self._attach()
+            if masters:
+                # What is gathered now predates the loaded params: the next use fetches them.
+                for t in range(len(self._params)):
+                    if self._gathered[t]:
+                        self._free(t)
+                resident = [t for t in range(len(self._params)) if self._resident[t]]
+                self._fetch(resident)
         finally:
             self._drop_checkpoint(directory)
         for gi, group in enumerate(self.param_groups):
