@@ -279,7 +279,8 @@ def test_state_dict_and_load_state_dict(nvme_stratad, mode):
         assert [g["params"] for g in sd["param_groups"]] == [g["params"] for g in want["param_groups"]]
         assert sd["state"].keys() == want["state"].keys()
         for i, entry in sd["state"].items():
-            assert set(entry) == {"step", "exp_avg", "exp_avg_sq"}, entry.keys()
+            # fp32_master: the daemon's masters, which a resume takes (torch's AdamW ignores it).
+            assert set(entry) == {"step", "exp_avg", "exp_avg_sq", "fp32_master"}, entry.keys()
             assert entry["step"].item() == want["state"][i]["step"].item() == 3
             for key in ("exp_avg", "exp_avg_sq"):
                 assert entry[key].shape == want["state"][i][key].shape, (i, key)
@@ -290,6 +291,10 @@ def test_state_dict_and_load_state_dict(nvme_stratad, mode):
         _train(model, opt, 2, 3)
         opt.gather_params()
         continued = {name: p.detach().clone() for name, p in model.named_parameters()}
+        number = {id(p): i for i, p in enumerate(q for g in opt.param_groups for q in g["params"])}
+        for name, p in model.named_parameters():
+            if id(p) in number:
+                assert torch.equal(sd["state"][number[id(p)]]["fp32_master"], trained[name]), name
     finally:
         opt.close()
     # Resumed from its own state dict: bit for bit; from torch's: as torch continues.
