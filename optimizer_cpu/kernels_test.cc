@@ -1,6 +1,7 @@
 // Every compiled Highway target against the scalar reference, bit for bit:
 // all algorithms, gradient dtypes and 16-bit outputs, lengths 0..1000 with
 // unaligned starts, and edge values (zeros, denormals, huge, inf, NaN).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "hwy/targets.h"
 #include "optimizer_cpu/cpu_optimizer.h"
 #include "optimizer_cpu/half.h"
+#include "optimizer_cpu/moment_format.h"
 #include "optimizer_cpu/reference_optimizer.h"
 
 namespace strata {
@@ -435,6 +437,341 @@ TEST_P(KernelTargetTest, ParamOutOverTheGradientMatchesSeparateBuffers) {
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+// ---- Compressed moments (bf16, 8-bit blockwise) ----
+
+// The moments of a state tensor of `tensor` elements in one compressed
+// format; the step covers [offset, offset + n) of it, and the params,
+// gradient and 16-bit copy start `align` elements into their buffers.
+struct CompressedBuffers {
+  std::vector<float> params;
+  std::vector<uint8_t> grad;
+  std::vector<uint16_t> out;
+  std::vector<uint16_t> bf16[3];
+  std::vector<uint8_t> codes[3];
+  std::vector<float> absmax[3];
+};
+
+std::vector<Case> CompressedCases() {
+  std::vector<Case> cases;
+  for (const Case& c : AllCases()) {
+    if (c.config.kind != OptimizerKind::kLamb) cases.push_back(c);
+  }
+  return cases;
+}
+
+// Moments either quantized from random fp32 values (what a step writes) or
+// raw: any code, any bf16 pattern, scales across the range with zeros, tiny
+// ones (below the flush threshold) and NaN.
+CompressedBuffers MakeCompressed(const OptimizerHyperparams& config, size_t tensor, size_t n,
+                                 size_t align, DType grad_dtype, bool raw, bool edges,
+                                 std::mt19937& rng) {
+  CompressedBuffers b;
+  Buffers plain = MakeBuffers(n, align, grad_dtype, edges, rng);
+  b.params = plain.params;
+  b.grad = plain.grad;
+  b.out = plain.out;
+  b.out.push_back(0xAAAA);  // never empty: param_out is not null at n = 0
+  const StateLayout layout = StateLayoutFor(config);
+  const bool used[3] = {layout.exp_avg, layout.exp_avg_sq, layout.max_exp_avg_sq};
+  const MomentMap maps[3] = {ExpAvgMomentMap(config.kind), MomentMap::kUnsigned,
+                             MomentMap::kUnsigned};
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  for (int k = 0; k < 3; ++k) {
+    if (!used[k]) continue;
+    std::vector<float> values(tensor);
+    for (float& v : values) {
+      const float x = normal(rng) * std::exp2(std::floor(uniform(rng) * 20 - 12));
+      v = maps[k] == MomentMap::kSigned ? x : std::fabs(x);
+    }
+    b.bf16[k].resize(tensor);
+    b.codes[k].resize(tensor);
+    b.absmax[k].resize(MomentBlocks(tensor));
+    for (size_t i = 0; i < tensor; ++i) {
+      b.bf16[k][i] = raw ? static_cast<uint16_t>(rng()) : Fp32ToBf16Bits(values[i]);
+      if (!raw && maps[k] == MomentMap::kUnsigned && (b.bf16[k][i] & 0x8000)) b.bf16[k][i] = 0;
+      if (raw) b.codes[k][i] = static_cast<uint8_t>(rng());
+    }
+    for (size_t blk = 0; blk < b.absmax[k].size(); ++blk) {
+      const size_t begin = blk * kMomentBlock;
+      const size_t len = std::min(kMomentBlock, tensor - begin);
+      if (!raw) {
+        b.absmax[k][blk] =
+            QuantizeMomentBlock8(values.data() + begin, len, maps[k], b.codes[k].data() + begin);
+        continue;
+      }
+      const uint32_t pick = rng() % 16;
+      b.absmax[k][blk] = pick == 0   ? 0.0f
+                         : pick == 1 ? std::numeric_limits<float>::quiet_NaN()
+                         : pick == 2 ? 0x1p-110f
+                                     : std::exp2(std::floor(uniform(rng) * 40 - 30)) * uniform(rng);
+    }
+  }
+  return b;
+}
+
+StepSpans CompressedSpansOf(CompressedBuffers& b, const OptimizerHyperparams& config,
+                            MomentFormat format, size_t n, size_t offset, size_t align,
+                            DType grad_dtype, std::optional<DType> out_dtype) {
+  StepSpans s;
+  s.size = n;
+  s.params = b.params.data() + align;
+  s.grad = b.grad.data() + align * DTypeSize(grad_dtype);
+  s.grad_dtype = grad_dtype;
+  if (out_dtype) {
+    s.param_out = b.out.data() + align;
+    s.param_out_dtype = out_dtype;
+  }
+  s.moment_format = format;
+  s.moment_offset = offset;
+  const StateLayout layout = StateLayoutFor(config);
+  const bool used[3] = {layout.exp_avg, layout.exp_avg_sq, layout.max_exp_avg_sq};
+  absl::Span<uint16_t>* bf16[3] = {&s.bf16_moments.exp_avg, &s.bf16_moments.exp_avg_sq,
+                                   &s.bf16_moments.max_exp_avg_sq};
+  Blockwise8Moment* q8[3] = {&s.blockwise8_moments.exp_avg, &s.blockwise8_moments.exp_avg_sq,
+                             &s.blockwise8_moments.max_exp_avg_sq};
+  for (int k = 0; k < 3; ++k) {
+    if (!used[k]) continue;
+    if (format == MomentFormat::kBf16) {
+      *bf16[k] = absl::MakeSpan(b.bf16[k]);
+    } else {
+      *q8[k] = {absl::MakeSpan(b.codes[k]), absl::MakeSpan(b.absmax[k])};
+    }
+  }
+  return s;
+}
+
+// Every byte equal, except that NaNs compare equal whatever their sign and
+// payload in the fp32 params and the 16-bit copy (see CheckCase).
+::testing::AssertionResult SameCompressed(const CompressedBuffers& ours,
+                                          const CompressedBuffers& ref, MomentFormat format,
+                                          std::optional<DType> out_dtype) {
+  for (size_t i = 0; i < ours.params.size(); ++i) {
+    if (!SameFloat(ours.params[i], ref.params[i])) {
+      return ::testing::AssertionFailure() << "param " << i << ": " << SameFloat(ours.params[i], ref.params[i]).message();
+    }
+  }
+  for (size_t i = 0; i < ours.out.size(); ++i) {
+    const bool both_nan = out_dtype && std::isnan(ReferenceLoad(ours.out.data(), *out_dtype, i)) &&
+                          std::isnan(ReferenceLoad(ref.out.data(), *out_dtype, i));
+    if (ours.out[i] != ref.out[i] && !both_nan) {
+      return ::testing::AssertionFailure() << "param_out " << i << ": " << ours.out[i] << " vs " << ref.out[i];
+    }
+  }
+  for (int k = 0; k < 3; ++k) {
+    if (format == MomentFormat::kBf16) {
+      for (size_t i = 0; i < ours.bf16[k].size(); ++i) {
+        if (ours.bf16[k][i] != ref.bf16[k][i]) {
+          return ::testing::AssertionFailure() << "bf16 moment " << k << " element " << i << ": 0x"
+                                               << std::hex << ours.bf16[k][i] << " vs 0x" << ref.bf16[k][i];
+        }
+      }
+      continue;
+    }
+    for (size_t i = 0; i < ours.codes[k].size(); ++i) {
+      if (ours.codes[k][i] != ref.codes[k][i]) {
+        return ::testing::AssertionFailure()
+               << "8-bit moment " << k << " element " << i << ": code 0x" << std::hex
+               << int{ours.codes[k][i]} << " vs 0x" << int{ref.codes[k][i]} << std::dec
+               << " (block " << i / kMomentBlock << ")";
+      }
+    }
+    for (size_t i = 0; i < ours.absmax[k].size(); ++i) {
+      if (!SameFloat(ours.absmax[k][i], ref.absmax[k][i])) {
+        return ::testing::AssertionFailure() << "8-bit moment " << k << " absmax of block " << i
+                                             << ": " << SameFloat(ours.absmax[k][i], ref.absmax[k][i]).message();
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Steps the kernels and the reference three times (each step reads the
+// moments the previous one wrote) and compares every byte after each.
+void CheckCompressedCase(CpuOptimizer& opt, const Case& c, MomentFormat format, size_t n,
+                         size_t offset, size_t after, size_t align, bool raw, bool edges,
+                         std::mt19937& rng) {
+  SCOPED_TRACE(testing::Message()
+               << MomentFormatName(format) << " " << OptimizerKindName(c.config.kind) << " n=" << n
+               << " moment_offset=" << offset << " after=" << after << " align=" << align
+               << " grad=" << DTypeName(c.grad_dtype)
+               << " out=" << (c.out_dtype ? DTypeName(*c.out_dtype) : "none")
+               << " wd=" << c.config.weight_decay << " amsgrad=" << c.config.amsgrad
+               << " maximize=" << c.config.maximize << " raw=" << raw << " edges=" << edges);
+  CompressedBuffers ours =
+      MakeCompressed(c.config, offset + n + after, n, align, c.grad_dtype, raw, edges, rng);
+  CompressedBuffers ref = ours;
+  for (int64_t step = 1; step <= 3; ++step) {
+    const absl::Status got = opt.Step(
+        c.config, step,
+        CompressedSpansOf(ours, c.config, format, n, offset, align, c.grad_dtype, c.out_dtype),
+        c.grad_scale);
+    ASSERT_TRUE(got.ok()) << got;
+    const absl::Status want = ReferenceStep(
+        c.config, step,
+        CompressedSpansOf(ref, c.config, format, n, offset, align, c.grad_dtype, c.out_dtype),
+        c.grad_scale);
+    ASSERT_TRUE(want.ok()) << want;
+    ASSERT_TRUE(SameCompressed(ours, ref, format, c.out_dtype)) << "after step " << step;
+  }
+}
+
+TEST_P(KernelTargetTest, CompressedMomentsMatchReferenceAcrossBlocksAndTails) {
+  std::mt19937 rng(401);
+  const std::vector<Case> cases = CompressedCases();
+  size_t turn = 0;
+  for (MomentFormat format : {MomentFormat::kBf16, MomentFormat::kBlockwise8}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{17}, size_t{255}, size_t{256},
+                     size_t{257}, size_t{300}, size_t{512}, size_t{513}, size_t{1000},
+                     size_t{1025}}) {
+      for (size_t offset : {size_t{0}, size_t{256}, size_t{768}}) {
+        // A range short of the tensor's end must end on a block boundary.
+        for (size_t after : {size_t{0}, n % kMomentBlock == 0 ? size_t{300} : size_t{0}}) {
+          const Case& c = cases[(turn * 7) % cases.size()];
+          CheckCompressedCase(*optimizer_, c, format, n, offset, after, turn % 5, turn % 3 == 0,
+                              /*edges=*/false, rng);
+          if (HasFatalFailure()) return;
+          ++turn;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(KernelTargetTest, CompressedMomentsMatchReferenceForEveryCase) {
+  std::mt19937 rng(402);
+  for (MomentFormat format : {MomentFormat::kBf16, MomentFormat::kBlockwise8}) {
+    for (const Case& c : CompressedCases()) {
+      for (size_t n : {size_t{33}, size_t{256 + 67}}) {
+        CheckCompressedCase(*optimizer_, c, format, n, 256, 0, 3, /*raw=*/n == 33,
+                            /*edges=*/false, rng);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_P(KernelTargetTest, CompressedMomentsMatchReferenceOnEdgeValues) {
+  std::mt19937 rng(403);
+  for (MomentFormat format : {MomentFormat::kBf16, MomentFormat::kBlockwise8}) {
+    for (const Case& c : CompressedCases()) {
+      CheckCompressedCase(*optimizer_, c, format, 600, 0, 0, 1, /*raw=*/false, /*edges=*/true, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Blocks whose new absmax is below the flush threshold (tiny moments, zero
+// gradients) are stored as zeros, blocks with an inf or NaN gradient as NaN,
+// on every target as in the reference.
+TEST_P(KernelTargetTest, TinyAndNonFiniteBlocksMatchReference) {
+  std::mt19937 rng(405);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const Case& c : CompressedCases()) {
+    if (c.grad_dtype != DType::kFp32) continue;
+    const size_t n = 5 * kMomentBlock + 40;
+    CompressedBuffers ours = MakeCompressed(c.config, n, n, 0, DType::kFp32, false, false, rng);
+    float* g = reinterpret_cast<float*>(ours.grad.data());
+    for (size_t i = 0; i < kMomentBlock; ++i) g[i] = 0.0f;  // block 0: moments decay, tiny
+    g[kMomentBlock + 17] = std::numeric_limits<float>::quiet_NaN();  // block 1
+    g[2 * kMomentBlock + 255] = -inf;                                  // block 2
+    for (size_t i = 0; i < kMomentBlock; ++i) g[3 * kMomentBlock + i] = 0.0f;  // block 3: zeros
+    for (int k = 0; k < 3; ++k) {
+      if (ours.absmax[k].empty()) continue;
+      ours.absmax[k][0] = 0x1.01p-100f;  // exp_avg times beta1 (Lion: beta2) is below 2^-100
+      ours.absmax[k][3] = 0.0f;
+    }
+    CompressedBuffers ref = ours;
+    SCOPED_TRACE(testing::Message() << OptimizerKindName(c.config.kind) << " wd=" << c.config.weight_decay
+                                    << " amsgrad=" << c.config.amsgrad);
+    ASSERT_TRUE(optimizer_->Step(c.config, 2, CompressedSpansOf(ours, c.config, MomentFormat::kBlockwise8, n, 0, 0,
+                                                                DType::kFp32, c.out_dtype), c.grad_scale).ok());
+    ASSERT_TRUE(ReferenceStep(c.config, 2, CompressedSpansOf(ref, c.config, MomentFormat::kBlockwise8, n, 0, 0,
+                                                             DType::kFp32, c.out_dtype), c.grad_scale).ok());
+    ASSERT_TRUE(SameCompressed(ours, ref, MomentFormat::kBlockwise8, c.out_dtype));
+    EXPECT_TRUE(std::isnan(ours.absmax[0][1]) && std::isnan(ours.absmax[0][2]));
+    // Without Adam's L2 term the gradient of blocks 0 and 3 stays 0 (Adagrad's
+    // sum does not decay).
+    if (c.config.kind != OptimizerKind::kAdagrad &&
+        !(c.config.kind == OptimizerKind::kAdam && c.config.weight_decay != 0)) {
+      EXPECT_EQ(ours.absmax[0][3], 0.0f);
+      EXPECT_EQ(ours.absmax[0][0], 0.0f) << "tiny block not flushed";
+    }
+  }
+}
+
+// Lion with beta2 = 0 stores m = g exactly, so the 8-bit encoder of the
+// signed map sees chosen values: every code's value, the midpoints between
+// neighbouring codes (ties away from zero) and the values one ulp either
+// side of them, in both signs, within blocks whose absmax is 1.
+TEST_P(KernelTargetTest, SignedCodesOfMidpointsMatchReference) {
+  OptimizerHyperparams c = DefaultLionHyperparams();
+  c.kind = OptimizerKind::kLion;
+  c.beta2 = 0.0;
+  std::vector<float> g;
+  for (int code = 0; code <= 0x78; ++code) {
+    const float a = Moment8CodeValue(static_cast<uint8_t>(code), MomentMap::kSigned);
+    const float b = Moment8CodeValue(static_cast<uint8_t>(code + 1), MomentMap::kSigned);
+    const float mid = (a + b) / 2;  // exact: 4 significant bits
+    for (float v : {a, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 2.0f)}) {
+      g.push_back(v);
+      g.push_back(-v);
+    }
+  }
+  // absmax 1 in every block: a 1 every 256 elements.
+  std::vector<float> grads;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (grads.size() % kMomentBlock == 0) grads.push_back(1.0f);
+    grads.push_back(std::min(g[i], 1.0f));
+  }
+  const size_t n = grads.size();
+  struct Run {
+    std::vector<float> params;
+    std::vector<uint8_t> codes;
+    std::vector<float> absmax;
+    StepSpans spans;
+  };
+  auto make = [&](Run& r) {
+    r.params.assign(n, 0.5f);
+    r.codes.assign(n, 0);
+    r.absmax.assign(MomentBlocks(n), 0.0f);
+    r.spans.size = n;
+    r.spans.params = r.params.data();
+    r.spans.grad = grads.data();
+    r.spans.moment_format = MomentFormat::kBlockwise8;
+    r.spans.blockwise8_moments.exp_avg = {absl::MakeSpan(r.codes), absl::MakeSpan(r.absmax)};
+  };
+  Run ours, ref;
+  make(ours);
+  make(ref);
+  ASSERT_TRUE(optimizer_->Step(c, 1, ours.spans).ok());
+  ASSERT_TRUE(ReferenceStep(c, 1, ref.spans).ok());
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(int{ours.codes[i]}, int{ref.codes[i]}) << "element " << i << " value " << grads[i];
+  }
+  EXPECT_EQ(ours.absmax, ref.absmax);
+  EXPECT_EQ(ref.absmax[0], 1.0f);
+}
+
+// Tiles are whole 8-bit blocks whatever tile_elements is, so threads and
+// tile sizes do not change a bit.
+TEST(CpuOptimizerTilingTest, ThreadsAndTilesDoNotChangeCompressedResults) {
+  std::mt19937 rng(404);
+  const std::vector<Case> cases = CompressedCases();
+  for (int threads : {1, 2, 3}) {
+    for (size_t tile : {size_t{1}, size_t{64}, size_t{1000}, size_t{32768}}) {
+      auto opt = CpuOptimizer::Create(Options(threads, tile));
+      ASSERT_TRUE(opt.ok());
+      for (MomentFormat format : {MomentFormat::kBf16, MomentFormat::kBlockwise8}) {
+        for (size_t k = 0; k < cases.size(); k += 5) {
+          CheckCompressedCase(**opt, cases[k], format, 4099, 512, 0, 1, false, false, rng);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTargets, KernelTargetTest,
