@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "optimizer_cpu/half.h"
 #include "optimizer_cpu/kernels.h"
 
 namespace strata {
@@ -55,24 +54,11 @@ const char* CpuOptimizer::KernelTarget() { return internal::ActiveTargetName(); 
 
 template <class Fn>
 void CpuOptimizer::ForEachTile(size_t size, const Fn& fn) {
-  ForEachTile(size, tile_elements_, fn);
-}
-
-template <class Fn>
-void CpuOptimizer::ForEachTile(size_t size, size_t tile_elements, const Fn& fn) {
-  const size_t tiles = (size + tile_elements - 1) / tile_elements;
+  const size_t tiles = (size + tile_elements_ - 1) / tile_elements_;
   pool_->ParallelFor(tiles, [&](size_t tile) {
-    const size_t begin = tile * tile_elements;
-    fn(tile, begin, std::min(size, begin + tile_elements));
+    const size_t begin = tile * tile_elements_;
+    fn(tile, begin, std::min(size, begin + tile_elements_));
   });
-}
-
-size_t CpuOptimizer::StepTileElements(const StepSpans& spans) const {
-  // 8-bit moments are requantized a whole block at a time: tiles of whole
-  // blocks (moment_offset is on a block boundary), so results stay
-  // independent of tile_elements and the thread count.
-  if (spans.moment_format != MomentFormat::kBlockwise8) return tile_elements_;
-  return (tile_elements_ + kMomentBlock - 1) / kMomentBlock * kMomentBlock;
 }
 
 absl::Status CpuOptimizer::Step(const OptimizerHyperparams& config, int64_t step,
@@ -102,8 +88,7 @@ absl::Status CpuOptimizer::Step(const OptimizerHyperparams& config, int64_t step
     case OptimizerKind::kOther:  // refused by ValidateOptimizerHyperparams
       break;
   }
-  ForEachTile(spans.size, StepTileElements(spans),
-              [&](size_t, size_t begin, size_t end) { range(s, spans, begin, end); });
+  ForEachTile(spans.size, [&](size_t, size_t begin, size_t end) { range(s, spans, begin, end); });
   return absl::OkStatus();
 }
 
@@ -154,50 +139,13 @@ absl::Status CpuOptimizer::InitializeState(const OptimizerHyperparams& config, c
                           : 0.0f;
   // Filled by the pool so that each tile's pages are first touched by the
   // thread that will usually step them.
-  const size_t at = spans.moment_offset;
-  switch (spans.moment_format) {
-    case MomentFormat::kFp32:
-      ForEachTile(spans.size, [&](size_t, size_t begin, size_t end) {
-        std::fill(spans.exp_avg + begin, spans.exp_avg + end, first);
-        if (spans.exp_avg_sq) std::fill(spans.exp_avg_sq + begin, spans.exp_avg_sq + end, 0.0f);
-        if (spans.max_exp_avg_sq) {
-          std::fill(spans.max_exp_avg_sq + begin, spans.max_exp_avg_sq + end, 0.0f);
-        }
-      });
-      break;
-    case MomentFormat::kBf16: {
-      const Bf16Moments& b = spans.bf16_moments;
-      const uint16_t first_bits = Fp32ToBf16Bits(first);
-      ForEachTile(spans.size, [&](size_t, size_t begin, size_t end) {
-        auto fill = [&](absl::Span<uint16_t> m, uint16_t bits) {
-          if (!m.empty()) std::fill(m.begin() + at + begin, m.begin() + at + end, bits);
-        };
-        fill(b.exp_avg, first_bits);
-        fill(b.exp_avg_sq, 0);
-        fill(b.max_exp_avg_sq, 0);
-      });
-      break;
+  ForEachTile(spans.size, [&](size_t, size_t begin, size_t end) {
+    std::fill(spans.exp_avg + begin, spans.exp_avg + end, first);
+    if (spans.exp_avg_sq) std::fill(spans.exp_avg_sq + begin, spans.exp_avg_sq + end, 0.0f);
+    if (spans.max_exp_avg_sq) {
+      std::fill(spans.max_exp_avg_sq + begin, spans.max_exp_avg_sq + end, 0.0f);
     }
-    case MomentFormat::kBlockwise8: {
-      // Every element of a block holds the same value: one code, one absmax.
-      const Blockwise8Moments& q = spans.blockwise8_moments;
-      uint8_t first_code = 0;
-      const float first_absmax =
-          QuantizeMomentBlock8(&first, 1, ExpAvgMomentMap(config.kind), &first_code);
-      ForEachTile(spans.size, StepTileElements(spans), [&](size_t, size_t begin, size_t end) {
-        auto fill = [&](const Blockwise8Moment& m, uint8_t code, float absmax) {
-          if (m.empty()) return;
-          std::fill(m.codes.begin() + at + begin, m.codes.begin() + at + end, code);
-          std::fill(m.absmax.begin() + (at + begin) / kMomentBlock,
-                    m.absmax.begin() + MomentBlocks(at + end), absmax);
-        };
-        fill(q.exp_avg, first_code, first_absmax);
-        fill(q.exp_avg_sq, 0, 0.0f);
-        fill(q.max_exp_avg_sq, 0, 0.0f);
-      });
-      break;
-    }
-  }
+  });
   return absl::OkStatus();
 }
 

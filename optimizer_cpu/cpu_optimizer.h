@@ -66,8 +66,7 @@ class CpuOptimizer final {
                          double trust_ratio);
 
   // Sets the states of `spans` to what torch initializes them to: zeros, and
-  // initial_accumulator_value for Adagrad's sum, in the spans' moment format
-  // (8-bit: the blocks of the range, codes and absmax). Only the params and
+  // initial_accumulator_value for Adagrad's sum. Only the params and
   // state spans are used. Errors as ValidateStateSpans.
   absl::Status InitializeState(const OptimizerHyperparams& config, const StepSpans& spans);
 
@@ -91,13 +90,9 @@ class CpuOptimizer final {
   CpuOptimizer(std::unique_ptr<ThreadPool> pool, size_t tile_elements)
       : pool_(std::move(pool)), tile_elements_(tile_elements) {}
 
-  // Runs fn(tile, begin, end) over the tiles of [0, size).
+  // Runs fn(begin, end) over the tiles of [0, size).
   template <class Fn>
   void ForEachTile(size_t size, const Fn& fn);
-  template <class Fn>
-  void ForEachTile(size_t size, size_t tile_elements, const Fn& fn);
-  // tile_elements_, rounded up to whole 8-bit blocks for blockwise8 moments.
-  size_t StepTileElements(const StepSpans& spans) const;
 
   std::unique_ptr<ThreadPool> pool_;
   size_t tile_elements_;

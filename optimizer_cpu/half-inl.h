@@ -202,10 +202,8 @@ constexpr size_t kCacheLineBytes = 64;
 // param_out that the range covers whole (after single lanes up to the first
 // line boundary), plain stores for the rest. The stream stores are fenced
 // before returning, so they are ordered before whatever the caller does next
-// (e.g. the pool's completion signal); with kFence false the caller fences
-// (the 8-bit moments' loop calls this once per 256-element block and fences
-// once per range).
-template <bool kHasOut, DType kOut, bool kFence = true, class Element>
+// (e.g. the pool's completion signal).
+template <bool kHasOut, DType kOut, class Element>
 HWY_INLINE void ForEachStepLane(size_t begin, size_t end, void* param_out, const Element& element) {
   if constexpr (!kHasOut) {
     ForEachLane(begin, end, [&](auto d, size_t i) STRATA_LANES { (void)element(d, i); });
@@ -245,7 +243,7 @@ HWY_INLINE void ForEachStepLane(size_t begin, size_t end, void* param_out, const
       }
       for (; i + n <= end; i += n) plain(df, i);
       for (; i < end; ++i) plain(d1, i);
-      if (kFence) hwy::FlushStream();
+      hwy::FlushStream();
     }
 #endif
   }

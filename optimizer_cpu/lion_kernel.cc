@@ -4,8 +4,6 @@
 //   m = beta2 * m + (1 - beta2) * g
 // sign(0) is 0 and sign(NaN) is NaN, so a NaN gradient poisons the param as
 // it would in torch instead of being silently treated as a direction.
-// The momentum is in the step's moment format (moments-inl.h; 8-bit: the
-// signed map).
 #include <cstddef>
 
 #include "optimizer_cpu/kernels.h"
@@ -15,23 +13,23 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "optimizer_cpu/half-inl.h"
-#include "optimizer_cpu/moments-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace strata {
 namespace HWY_NAMESPACE {
 namespace {
 
-template <MomentFormat kFormat, DType kGrad, bool kHasOut, DType kOut>
+template <DType kGrad, bool kHasOut, DType kOut>
 void LionTyped(const StepScalars& scalars, const StepSpans& spans, size_t begin, size_t end) {
   const StepScalars s = scalars;  // see AdamTyped
   const void* grad = spans.grad;
   float* HWY_RESTRICT params = spans.params;
-  auto element = [&](auto d, size_t i, const auto& mom) STRATA_LANES {
+  float* HWY_RESTRICT exp_avg = spans.exp_avg;
+  auto element = [&](auto d, size_t i) STRATA_LANES {
     auto g = hn::Mul(LoadAsF32<kGrad>(d, grad, i), hn::Set(d, s.grad_scale));
     if (s.maximize) g = hn::Neg(g);
     auto p = hn::Mul(hn::LoadU(d, params + i), hn::Set(d, s.decay_factor));
-    const auto m = mom.Load(d, 0, i);
+    const auto m = hn::LoadU(d, exp_avg + i);
     const auto c = hn::Add(hn::Mul(m, hn::Set(d, s.beta1)), hn::Mul(g, hn::Set(d, s.one_minus_beta1)));
     const auto zero = hn::Zero(d);
     // +1, -1, or c itself for +-0 and NaN.
@@ -39,21 +37,18 @@ void LionTyped(const StepScalars& scalars, const StepSpans& spans, size_t begin,
                                        hn::IfThenElse(hn::Lt(c, zero), hn::Set(d, -1.0f), c));
     p = hn::Add(p, hn::Mul(hn::Set(d, s.neg_step_size), update));
     const auto m_new = hn::Add(hn::Mul(m, hn::Set(d, s.beta2)), hn::Mul(g, hn::Set(d, s.one_minus_beta2)));
-    mom.Store(d, 0, i, m_new);
+    hn::StoreU(m_new, d, exp_avg + i);
     hn::StoreU(p, d, params + i);
     return p;
   };
-  ForEachMomentStep<kFormat, MomentMap::kSigned, kHasOut, kOut>(spans, begin, end, element);
+  ForEachStepLane<kHasOut, kOut>(begin, end, spans.param_out, element);
 }
 
 }  // namespace
 
 void LionRangeT(const StepScalars& s, const StepSpans& spans, size_t begin, size_t end) {
-  WithMomentFormat(spans.moment_format, [&](auto format) {
-    WithStepDTypes(spans.grad_dtype, spans.param_out_dtype, [&](auto grad, auto has_out, auto out) {
-      LionTyped<decltype(format)::value, decltype(grad)::value, decltype(has_out)::value,
-                decltype(out)::value>(s, spans, begin, end);
-    });
+  WithStepDTypes(spans.grad_dtype, spans.param_out_dtype, [&](auto grad, auto has_out, auto out) {
+    LionTyped<decltype(grad)::value, decltype(has_out)::value, decltype(out)::value>(s, spans, begin, end);
   });
 }
 

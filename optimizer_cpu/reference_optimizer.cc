@@ -5,7 +5,6 @@
 
 #include "core/status_macros.h"
 #include "optimizer_cpu/half.h"
-#include "optimizer_cpu/reference_moments.h"
 
 namespace strata {
 namespace {
@@ -174,9 +173,6 @@ absl::Status ReferenceStep(const OptimizerHyperparams& config, int64_t step,
   STRATA_RETURN_IF_ERROR(ValidateOptimizerHyperparams(config));
   STRATA_RETURN_IF_ERROR(ValidateStepSpans(config, spans));
   if (step < 1) return absl::InvalidArgumentError("step numbers start at 1");
-  if (spans.moment_format != MomentFormat::kFp32) {
-    return ReferenceCompressedStep(config, step, spans, grad_scale);
-  }
   if (config.kind == OptimizerKind::kLamb) {
     STRATA_ASSIGN_OR_RETURN(const LambNorms norms,
                             ReferenceLambMoments(config, step, spans, grad_scale));

@@ -19,8 +19,7 @@
 namespace strata {
 
 // One step (step >= 1, counted from 1 as torch does) over all of `spans`
-// (LAMB: one whole tensor), in any moment format (compressed moments: see
-// reference_moments.h). Returns the errors of
+// (LAMB: one whole tensor). Returns the errors of
 // ValidateOptimizerHyperparams / ValidateStepSpans.
 absl::Status ReferenceStep(const OptimizerHyperparams& config, int64_t step,
                            const StepSpans& spans, float grad_scale = 1.0f);
